@@ -1,0 +1,33 @@
+"""Qonductor for Jupyter: run hybrid quantum-classical cells on a background orchestrator.
+
+Kept light on purpose: ``%load_ext qonductor_jupyter`` must not import qiskit, mitiq or pymoo.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+_API = ("create_workflow", "deploy", "invoke", "workflow_status", "workflow_results",
+        "list_images", "list_workflows", "cancel", "fleet")
+
+__all__ = [*_API, "load_ipython_extension", "unload_ipython_extension"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'qonductor_jupyter' has no attribute {name!r}")
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    from .magics import QonductorMagics
+
+    ipython.register_magics(QonductorMagics)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    pass

@@ -1,0 +1,86 @@
+"""Deployment configuration of a workflow image (the dict or YAML a user passes).
+
+Example::
+
+    qpu: {min_qubits: 20, families: [Eagle]}
+    shots: 4000
+    priority: balanced
+
+Unknown keys are refused with the list of known ones, so a typo never silently does nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+PRIORITIES = ("fidelity", "balanced", "jct")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+_QPU_KEYS = {
+    "min_qubits": int,
+    "max_qubits": int,
+    "families": list,
+    "backends": list,
+}
+_TOP_KEYS = {
+    "qpu": dict,
+    "shots": int,
+    "priority": str,
+    "seed": int,
+    "timeout_s": (int, float),
+    "placement": str,
+}
+
+DEFAULT_SHOTS = 4000
+
+
+def load_config(config: dict[str, Any] | str | Path | None) -> dict[str, Any]:
+    """Accept a dict, a path to a YAML file, or None."""
+    if config is None:
+        return {}
+    if isinstance(config, (str, Path)):
+        import yaml
+
+        path = Path(config)
+        if not path.is_file():
+            raise ConfigError(f"configuration file {str(path)!r} does not exist")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path} must hold a mapping, not {type(data).__name__}")
+        return validate_config(data)
+    if not isinstance(config, dict):
+        raise ConfigError(f"config must be a dict or a YAML file path, not {type(config).__name__}")
+    return validate_config(config)
+
+
+def _check(section: str, data: dict[str, Any], schema: dict[str, Any]) -> None:
+    for key, value in data.items():
+        if key not in schema:
+            known = ", ".join(sorted(schema))
+            raise ConfigError(f"unknown option {section}{key!r}; known options: {known}")
+        expected = schema[key]
+        if isinstance(value, bool) or not isinstance(value, expected):
+            names = (expected.__name__ if isinstance(expected, type)
+                     else "/".join(t.__name__ for t in expected))
+            raise ConfigError(f"option {section}{key!r} must be {names}, got {value!r}")
+
+
+def validate_config(config: dict[str, Any]) -> dict[str, Any]:
+    config = dict(config or {})
+    _check("", config, _TOP_KEYS)
+    if "qpu" in config:
+        _check("qpu.", config["qpu"], _QPU_KEYS)
+        mq = config["qpu"].get("min_qubits")
+        if mq is not None and mq < 1:
+            raise ConfigError("qpu.min_qubits must be at least 1")
+    if "shots" in config and not 1 <= config["shots"] <= 1_000_000:
+        raise ConfigError(f"shots must be between 1 and 1000000, got {config['shots']}")
+    if "priority" in config and config["priority"] not in PRIORITIES:
+        raise ConfigError(f"priority must be one of {', '.join(PRIORITIES)}, "
+                          f"got {config['priority']!r}")
+    return config

@@ -1,0 +1,235 @@
+"""Run one workflow step in a worker process.
+
+A step is a piece of the user's cell. It runs in a fresh namespace holding exactly the values it
+reads; ``sample`` and ``estimate`` are bound to functions that send the circuits back to the
+orchestrator over ZeroMQ (signed like every other message) and block until the QPU job is done. The
+same mechanism serves quantum steps (one call) and hybrid steps (calls inside a loop), so a VQE loop
+needs nothing special here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import linecache
+import os
+import traceback
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+
+CELL_FILENAME = "<qonductor cell>"
+# Functions defined in a cell get this as __module__: not importable, so cloudpickle sends them by
+# value, and we can recognise them to rebind their globals (see _rebind_cell_functions).
+CELL_MODULE = "__qonductor_cell__"
+
+_link: Any = None  # this process's connection back to the orchestrator (WorkerLink)
+_link_config: tuple[str, str] | None = None
+
+
+def init_worker(router_endpoint: str, key: str) -> None:
+    """Process-pool initializer: remember where the orchestrator is; connect lazily."""
+    global _link_config, _link
+    _link_config = (router_endpoint, key)
+    _link = None
+
+
+@dataclass
+class StepSpec:
+    workflow_id: str
+    step_id: int
+    kind: str
+    code: str
+    lineno: int
+    cell_source: str
+    inputs: dict[str, bytes]
+    writes: list[str]
+    shots: int = 4000
+
+
+@dataclass
+class StepOutcome:
+    ok: bool
+    outputs: dict[str, bytes] = field(default_factory=dict)
+    stdout: str = ""
+    error: str | None = None
+    error_type: str | None = None
+    pid: int = 0
+
+
+class StepError(Exception):
+    """A step's failure as the user should read it (their traceback, not ours)."""
+
+
+class QuantumCallError(RuntimeError):
+    """The orchestrator refused or failed a sample/estimate call."""
+
+
+class WorkerLink:
+    """DEALER socket from a worker process to the orchestrator's ROUTER."""
+
+    def __init__(self, endpoint: str, key: str):
+        import zmq
+
+        from kernel_server.protocol import Signer
+
+        self._zmq = zmq
+        self.signer = Signer(key.encode())
+        self.ctx = zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(endpoint)
+        self.pid = os.getpid()
+
+    def request(self, message: Any) -> Any:
+        from kernel_server.protocol import ErrorReply, decode, encode, new_request_id
+
+        rid = new_request_id()
+        self.sock.send_multipart(encode(message, self.signer, rid))
+        while True:
+            env = decode(self.sock.recv_multipart(), self.signer)
+            if env.request_id != rid:
+                continue  # a late reply to an abandoned request
+            if isinstance(env.message, ErrorReply):
+                raise QuantumCallError(f"{env.message.type}: {env.message.message}")
+            return env.message
+
+
+def _get_link() -> WorkerLink:
+    global _link
+    if _link is None or _link.pid != os.getpid():
+        if _link_config is None:
+            raise RuntimeError("worker was not initialised with the orchestrator's address")
+        _link = WorkerLink(*_link_config)
+    return _link
+
+
+def _check_circuit(circuit: Any, need_measurements: bool) -> None:
+    from qiskit import QuantumCircuit
+
+    if not isinstance(circuit, QuantumCircuit):
+        raise TypeError(f"sample() takes a QuantumCircuit or a list of them, not "
+                        f"{type(circuit).__name__}")
+    if circuit.parameters:
+        names = ", ".join(sorted(p.name for p in circuit.parameters)[:5])
+        raise ValueError(f"circuit {circuit.name!r} has unbound parameters ({names}); "
+                         "bind them with circuit.assign_parameters(...) first")
+    if need_measurements and not any(i.operation.name == "measure" for i in circuit.data):
+        raise ValueError(f"circuit {circuit.name!r} has no measurements; add "
+                         "circuit.measure_all() (or use estimate() for expectation values)")
+
+
+def make_primitives(workflow_id: str, step_id: int, default_shots: int) -> dict[str, Any]:
+    """The ``sample`` and ``estimate`` a step sees."""
+    from kernel_server.protocol import Sample
+
+    def sample(circuits: Any, shots: int | None = None) -> Any:
+        """Run circuit(s) on a QPU chosen by the orchestrator; return counts dict(s)."""
+        single = not isinstance(circuits, (list, tuple))
+        batch = [circuits] if single else list(circuits)
+        if not batch:
+            raise ValueError("sample() needs at least one circuit")
+        for c in batch:
+            _check_circuit(c, need_measurements=True)
+        n_shots = int(shots or default_shots)
+        if n_shots < 1:
+            raise ValueError(f"shots must be positive, got {n_shots}")
+        reply = _get_link().request(Sample(
+            workflow_id=workflow_id, step_id=step_id, circuits=cloudpickle.dumps(batch),
+            shots=n_shots, num_qubits=max(c.num_qubits for c in batch)))
+        results = cloudpickle.loads(reply.results)
+        return results[0] if single else results
+
+    def estimate(circuit: Any, observables: Any, shots: int | None = None) -> Any:
+        """Expectation value(s) of observable(s) on the circuit's state, measured on a QPU."""
+        from kernel_server.workers.expectation import expectation_from_counts, measurement_circuits
+
+        _check_circuit(circuit, need_measurements=False)
+        single = not isinstance(observables, list)
+        obs_list = [observables] if single else observables
+        values = []
+        for obs in obs_list:
+            groups = measurement_circuits(circuit, obs)
+            counts = sample([g[0] for g in groups], shots=shots)
+            values.append(expectation_from_counts(obs, groups, counts))
+        return values[0] if single else values
+
+    return {"sample": sample, "estimate": estimate}
+
+
+def _rebind_cell_functions(ns: dict[str, Any]) -> None:
+    """Give functions defined earlier in the cell this step's namespace as their globals.
+
+    In a notebook, a function defined in a cell looks its globals up when it is called. Sent to
+    another process by value, it would keep a frozen copy instead; rebinding restores notebook
+    semantics (the splitter made sure the names it uses are inputs of this step).
+    """
+    for name, value in list(ns.items()):
+        if isinstance(value, types.FunctionType) and value.__module__ == CELL_MODULE:
+            fn = types.FunctionType(value.__code__, ns, value.__name__, value.__defaults__,
+                                    value.__closure__)
+            fn.__kwdefaults__ = value.__kwdefaults__
+            fn.__qualname__ = value.__qualname__
+            fn.__doc__ = value.__doc__
+            fn.__dict__.update(value.__dict__)
+            ns[name] = fn
+
+
+def _user_traceback(exc: BaseException) -> str:
+    """The traceback from the cell's first frame on: our own frames are noise to the user."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != CELL_FILENAME:
+        tb = tb.tb_next
+    te = traceback.TracebackException(type(exc), exc, tb)
+    return "".join(te.format())
+
+
+def run_step(spec: StepSpec) -> StepOutcome:
+    """Execute one step; never raises (failures come back in the outcome)."""
+    lines = spec.cell_source.splitlines(keepends=True)
+    linecache.cache[CELL_FILENAME] = (len(spec.cell_source), None, lines, CELL_FILENAME)
+    out = io.StringIO()
+    ns: dict[str, Any] = {"__name__": CELL_MODULE, "__builtins__": __builtins__}
+    try:
+        for name, blob in spec.inputs.items():
+            ns[name] = cloudpickle.loads(blob)
+    except Exception as exc:
+        return StepOutcome(False, error=f"could not load input values: {exc!r}",
+                           error_type=type(exc).__name__, pid=os.getpid())
+    _rebind_cell_functions(ns)
+    if spec.kind != "classical" or "sample" not in ns:
+        ns.update(make_primitives(spec.workflow_id, spec.step_id, spec.shots))
+    # Pad so that line numbers in tracebacks are the cell's own.
+    code = "\n" * (spec.lineno - 1) + spec.code
+    try:
+        compiled = compile(code, CELL_FILENAME, "exec")
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            exec(compiled, ns)
+    except (Exception, SystemExit) as exc:  # anything the user's code raises is reported
+        return StepOutcome(False, stdout=out.getvalue(), error=_user_traceback(exc),
+                           error_type=type(exc).__name__, pid=os.getpid())
+    outputs: dict[str, bytes] = {}
+    problems = []
+    for name in spec.writes:
+        if name not in ns:
+            continue  # bound only on a branch that did not run, or deleted
+        try:
+            outputs[name] = cloudpickle.dumps(ns[name])
+        except Exception as exc:  # pickling raises many types
+            problems.append(f"  {name} ({type(ns[name]).__name__}): {exc}")
+    if problems:
+        msg = ("these values cannot be sent between steps or back to the notebook:\n"
+               + "\n".join(problems)
+               + "\nKeep them local to one statement or `del` them at the end of the cell.")
+        return StepOutcome(False, stdout=out.getvalue(), error=msg, error_type="PicklingError",
+                           pid=os.getpid())
+    return StepOutcome(True, outputs=outputs, stdout=out.getvalue(), pid=os.getpid())
+
+
+def warm_up() -> int:
+    """Import the heavy modules once, so the first real step does not pay for them."""
+    import qiskit  # noqa: F401
+
+    return os.getpid()

@@ -1,0 +1,69 @@
+"""Tasks the orchestrator runs in its QPU worker processes: estimate a job per device, execute it.
+
+Module-level functions with plain arguments, because they cross a process boundary. Circuits travel
+as cloudpickle blobs; the heavy imports (qiskit, Aer, the fake provider) stay in these processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+
+@dataclass
+class DeviceEstimate:
+    device: str
+    fidelity: float
+    duration_s: float
+    transpiled: bytes
+    num_circuits: int
+    seconds: float  # how long estimating took (transpilation dominates)
+
+
+def device_catalogue(names: list[str]) -> list[dict[str, Any]]:
+    from kernel_server.workers.devices import device_info
+
+    return [device_info(n).to_dict() for n in names]
+
+
+def estimate_on_device(circuits_blob: bytes, device: str, seed: int = 0) -> DeviceEstimate:
+    """Transpile each circuit for the device; numerical fidelity (mean) and duration (sum)."""
+    from kernel_server.estimator.numerical import numerical_estimate
+    from kernel_server.workers.devices import load_backend
+
+    t0 = time.perf_counter()
+    backend = load_backend(device)
+    circuits = cloudpickle.loads(circuits_blob)
+    estimates = [numerical_estimate(c, backend, seed=seed) for c in circuits]
+    fidelity = sum(e.fidelity for e in estimates) / len(estimates)
+    duration = sum(e.duration_s for e in estimates)
+    transpiled = cloudpickle.dumps([e.transpiled for e in estimates])
+    return DeviceEstimate(device, fidelity, duration, transpiled, len(estimates),
+                          time.perf_counter() - t0)
+
+
+def execute_on_device(device: str, transpiled_blob: bytes, shots: int, seed: int | None) -> bytes:
+    """Run the transpiled circuits with the device's noise; cloudpickled list of counts dicts."""
+    from kernel_server.workers.aer_sim import run_noisy
+    from kernel_server.workers.devices import load_backend
+
+    backend = load_backend(device)
+    circuits = cloudpickle.loads(transpiled_blob)
+    results = []
+    for i, circuit in enumerate(circuits):
+        counts = run_noisy(backend, circuit, shots, seed=None if seed is None else seed + i)
+        results.append(dict(sorted(counts.items())))
+    return cloudpickle.dumps(results)
+
+
+def warm_up(devices: list[str]) -> int:
+    """Load the backends once per process so the first job does not pay for it."""
+    from kernel_server.workers.devices import load_backend
+
+    for d in devices:
+        load_backend(d)
+    return os.getpid()

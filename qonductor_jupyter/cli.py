@@ -1,0 +1,101 @@
+"""The ``qonductor`` command: ``demo`` and ``server start|stop|status``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def server_command(action: str, fleet: str | None = None) -> str:
+    from .client import server_status, start_server, stop_server
+
+    if action == "start":
+        info = start_server(fleet)
+        status = server_status() or {}
+        return (f"orchestrator running (pid {info.pid}) on {info.router}; "
+                f"fleet: {', '.join(status.get('fleet', []))}")
+    if action == "stop":
+        return "orchestrator stopped" if stop_server() else "no orchestrator was running"
+    status = server_status()
+    if status is None:
+        return "no orchestrator is running (it starts on first use, or: qonductor server start)"
+    return (f"orchestrator running (pid {status['pid']}, up {status['uptime_s']:.0f} s) on "
+            f"{status['router']}; fleet: {', '.join(status['fleet'])}; "
+            f"state in {status['home']}")
+
+
+def find_example(name: str) -> Path:
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "example_notebooks" / name, Path.cwd() / "example_notebooks"
+                      / name):
+        if candidate.is_file():
+            return candidate
+    raise SystemExit(f"cannot find example_notebooks/{name}; run from a checkout of the project "
+                     "(pip install -e .)")
+
+
+def _text_outputs(cell: dict) -> list[str]:
+    texts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            texts.append(out.get("text", ""))
+        elif "data" in out and "text/plain" in out["data"]:
+            texts.append(out["data"]["text/plain"] + "\n")
+        elif out.get("output_type") == "error":
+            texts.append("\n".join(out.get("traceback", [])) + "\n")
+    return texts
+
+
+def demo(notebook: str = "01_quickstart.ipynb", timeout: int = 600) -> int:
+    import nbformat
+    from nbclient import NotebookClient
+
+    path = find_example(notebook)
+    nb = nbformat.read(path, as_version=4)
+    print(f"Running {path.name} headless through the Qonductor orchestrator ...", flush=True)
+    t0 = time.perf_counter()
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}})
+    client.execute()
+    elapsed = time.perf_counter() - t0
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        texts = _text_outputs(cell)
+        if not texts:
+            continue
+        print(f"\n--- cell {i}: {cell.source.splitlines()[0] if cell.source else ''}")
+        print("".join(texts).rstrip())
+    print(f"\nNotebook ran in {elapsed:.1f} s.")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="qonductor", description="Qonductor for Jupyter")
+    sub = parser.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("demo", help="run the quickstart notebook headless and print its results")
+    d.add_argument("--notebook", default="01_quickstart.ipynb")
+    s = sub.add_parser("server", help="start, stop or inspect the background orchestrator")
+    s.add_argument("action", choices=("start", "stop", "status"))
+    s.add_argument("--fleet", default=None, help="'default', 'small' or fake backend names")
+    sub.add_parser("fleet", help="list the QPUs of the running orchestrator")
+    sub.add_parser("workflows", help="list recent workflows")
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        return demo(args.notebook)
+    if args.command == "server":
+        print(server_command(args.action, args.fleet))
+        return 0
+    from . import api
+
+    data = api.fleet() if args.command == "fleet" else api.list_workflows()
+    json.dump(data, sys.stdout, indent=1, default=str)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,313 @@
+"""Kernel-side connection to the orchestrator.
+
+The client finds the orchestrator through the connection file in the Jupyter runtime folder. Where
+none answers it starts one as a detached process (its own session, so it outlives the kernel and is
+shared by every kernel of the user) and waits until it answers a ping. A request that times out
+because the orchestrator died is sent again to a fresh one: requests are idempotent (the client
+chooses workflow ids) and the orchestrator's state survives in SQLite.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from kernel_server import protocol as P
+
+
+class OrchestratorUnavailable(RuntimeError):
+    pass
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by its parent) answers kill(0) but is gone.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return True
+
+
+@contextmanager
+def _start_lock():
+    """Serialise starting the orchestrator between kernels that all want one at once."""
+    home = P.qonductor_home()
+    home.mkdir(parents=True, exist_ok=True)
+    fd = os.open(home / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def read_connection() -> P.ConnectionInfo | None:
+    path = P.connection_file_path()
+    try:
+        return P.ConnectionInfo.read(path)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def ping(info: P.ConnectionInfo, timeout: float = 2.0) -> P.Pong | None:
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(info.router)
+        signer = info.signer()
+        rid = P.new_request_id()
+        sock.send_multipart(P.encode(P.Ping(), signer, rid))
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if not sock.poll(int(left * 1000)):
+                return None
+            try:
+                env = P.decode(sock.recv_multipart(), signer)
+            except P.ProtocolError:
+                continue
+            if env.request_id == rid and isinstance(env.message, P.Pong):
+                return env.message
+        return None
+    finally:
+        sock.close()
+
+
+def server_status(timeout: float = 2.0) -> dict[str, Any] | None:
+    info = read_connection()
+    if info is None or not _pid_alive(info.pid):
+        return None
+    pong = ping(info, timeout)
+    if pong is None:
+        return None
+    return {"pid": pong.pid, "router": info.router, "pub": info.pub,
+            "uptime_s": time.time() - pong.started_at, "fleet": pong.fleet,
+            "connection_file": str(P.connection_file_path()), "home": str(P.qonductor_home())}
+
+
+def start_server(fleet: str | None = None, timeout: float = 90.0) -> P.ConnectionInfo:
+    """Return a live orchestrator's connection info, starting a detached one if none answers."""
+    with _start_lock():
+        info = read_connection()
+        if info is not None and _pid_alive(info.pid) and ping(info, 3.0) is not None:
+            return info
+        if info is not None and _pid_alive(info.pid):
+            # Alive but silent for 3 s: probably still starting up. Give it the full timeout.
+            if _wait_ready(info.pid, timeout) is not None:
+                return read_connection()  # type: ignore[return-value]
+        home = P.qonductor_home()
+        home.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "kernel_server"]
+        if fleet:
+            cmd += ["--fleet", fleet]
+        log_path = home / "server.log"
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                    start_new_session=True, close_fds=True, cwd=str(home))
+        ready = _wait_ready(proc.pid, timeout, proc)
+        if ready is None:
+            raise OrchestratorUnavailable(
+                f"the orchestrator did not start within {timeout:.0f} s; see {log_path}")
+        return ready
+
+
+def _wait_ready(pid: int, timeout: float,
+                proc: subprocess.Popen | None = None) -> P.ConnectionInfo | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return None
+        info = read_connection()
+        if info is not None and info.pid == pid and ping(info, 1.0) is not None:
+            return info
+        time.sleep(0.1)
+    return None
+
+
+def stop_server(timeout: float = 15.0) -> bool:
+    """Ask the orchestrator to stop; kill it if it does not. True if one was running."""
+    info = read_connection()
+    if info is None or not _pid_alive(info.pid):
+        return False
+    try:
+        Client(autostart=False, info=info).request(P.Shutdown(), timeout=3.0)
+    except (OrchestratorUnavailable, P.RemoteError):
+        pass
+    deadline = time.monotonic() + timeout
+    while _pid_alive(info.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _pid_alive(info.pid):
+        os.kill(info.pid, 15)
+    return True
+
+
+class Client:
+    """Request/reply over a DEALER socket; thread-safe; restarts a dead orchestrator."""
+
+    def __init__(self, autostart: bool = True, info: P.ConnectionInfo | None = None,
+                 fleet: str | None = None):
+        self.autostart = autostart
+        self.fleet = fleet
+        self._info = info
+        self._sock: zmq.Socket | None = None
+        self._lock = threading.RLock()
+        self.restarts = 0
+
+    @property
+    def info(self) -> P.ConnectionInfo:
+        with self._lock:
+            if self._info is None:
+                self._connect()
+            assert self._info is not None
+            return self._info
+
+    def _connect(self) -> None:
+        info = read_connection()
+        if info is None or not _pid_alive(info.pid):
+            if not self.autostart:
+                raise OrchestratorUnavailable(
+                    "no orchestrator is running; start one with `qonductor server start`")
+            info = start_server(self.fleet)
+        self._set_info(info)
+
+    def _set_info(self, info: P.ConnectionInfo) -> None:
+        if self._sock is not None:
+            self._sock.close()
+        self._info = info
+        self._signer = info.signer()
+        self._sock = zmq.Context.instance().socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(info.router)
+
+    def _recover(self) -> None:
+        """The orchestrator did not answer: reconnect to a live one or start a new one."""
+        info = read_connection()
+        if info is not None and _pid_alive(info.pid) and ping(info, 2.0) is not None:
+            self._set_info(info)
+            return
+        if not self.autostart:
+            raise OrchestratorUnavailable("the orchestrator is not answering")
+        self.restarts += 1
+        self._set_info(start_server(self.fleet))
+
+    def request(self, message: P.Message, timeout: float = 30.0, retries: int = 2) -> P.Message:
+        """Send a request, return the reply; RemoteError for an error reply."""
+        with self._lock:
+            if self._sock is None:
+                if self._info is None:
+                    self._connect()
+                else:
+                    self._set_info(self._info)
+            for attempt in range(retries + 1):
+                reply = self._try(message, timeout)
+                if reply is not None:
+                    if isinstance(reply, P.ErrorReply):
+                        raise P.RemoteError(reply.type, reply.message)
+                    return reply
+                if attempt < retries:
+                    self._recover()
+            raise OrchestratorUnavailable(
+                f"no reply to {message.op!r} after {retries + 1} attempts of {timeout:.0f} s")
+
+    def _try(self, message: P.Message, timeout: float) -> P.Message | None:
+        assert self._sock is not None
+        rid = P.new_request_id()
+        self._sock.send_multipart(P.encode(message, self._signer, rid))
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if not self._sock.poll(max(1, int(left * 1000))):
+                break
+            try:
+                env = P.decode(self._sock.recv_multipart(), self._signer)
+            except P.ProtocolError:
+                continue
+            if env.request_id == rid:
+                return env.message
+        return None
+
+    def subscribe(self, callback: Callable[[P.Event], None], workflow_id: str = "",
+                  ) -> Subscription:
+        return Subscription(self.info, callback, workflow_id)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+
+
+class Subscription:
+    """Events from the orchestrator's PUB socket, delivered to a callback on a daemon thread."""
+
+    def __init__(self, info: P.ConnectionInfo, callback: Callable[[P.Event], None],
+                 workflow_id: str = ""):
+        self._info = info
+        self._callback = callback
+        self._topic = f"wf.{workflow_id}".encode() if workflow_id else b"wf."
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="qonductor-events")
+        self._thread.start()
+        self._ready.wait(5.0)
+
+    def _run(self) -> None:
+        sock = zmq.Context.instance().socket(zmq.SUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SUBSCRIBE, self._topic)
+        sock.connect(self._info.pub)
+        signer = self._info.signer()
+        self._ready.set()
+        try:
+            while not self._stop.is_set():
+                if not sock.poll(100):
+                    continue
+                frames = sock.recv_multipart()
+                try:
+                    env = P.decode(frames[1:], signer)
+                except P.ProtocolError:
+                    continue
+                if isinstance(env.message, P.Event):
+                    try:
+                        self._callback(env.message)
+                    except Exception:  # a display callback must not kill the subscription
+                        pass
+        finally:
+            sock.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+
+
+_default: Client | None = None
+
+
+def get_client() -> Client:
+    """The process-wide client (one per kernel)."""
+    global _default
+    if _default is None:
+        _default = Client()
+    return _default
+
+
+def home() -> Path:
+    return P.qonductor_home()

@@ -1,0 +1,120 @@
+"""``%%qonductor`` and ``%qonductor``: argument parsing only; the work is in ``api``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+
+from . import api
+from .errors import QonductorError
+from .report import WorkflowReport
+
+PRIORITIES = ("fidelity", "balanced", "jct")
+
+
+@magics_class
+class QonductorMagics(Magics):
+    @magic_arguments()
+    @argument("--dry-run", action="store_true",
+              help="print the steps and their dependencies; run nothing")
+    @argument("--shots", type=int, default=None, help="shots per circuit (default 4000)")
+    @argument("--priority", choices=PRIORITIES, default=None,
+              help="what the QPU placement favours (default balanced)")
+    @argument("--seed", type=int, default=None, help="seed the simulated QPUs (reproducible runs)")
+    @argument("--name", default=None, help="name of the workflow image")
+    @argument("--config", default=None,
+              help="deployment config: a YAML file or the name of a dict variable")
+    @argument("--placement", default=None, help="QPU placement policy (a named baseline)")
+    @argument("--timeout", type=float, default=None, help="give up waiting after this many s")
+    @cell_magic("qonductor")
+    def qonductor_cell(self, line: str, cell: str) -> None:
+        """Run the cell as a hybrid workflow on the Qonductor orchestrator.
+
+        Statements that call sample(...) or estimate(...) become quantum steps; the rest runs in
+        classical steps; every name the cell assigns is set in the notebook when it finishes.
+        """
+        args = parse_argstring(self.qonductor_cell, line)
+        if args.shots is not None and args.shots < 1:
+            raise UsageError(f"--shots must be positive, got {args.shots}")
+        source = self.shell.transform_cell(cell)
+        try:
+            self._run(args, source, cell)
+        except QonductorError:
+            raise
+        except KeyboardInterrupt:
+            raise
+
+    def _run(self, args: Any, source: str, raw_cell: str) -> None:
+        from .splitter import CellSyntaxError, split_cell
+
+        try:
+            graph = split_cell(source)
+        except CellSyntaxError as exc:
+            raise QonductorError("the cell is not valid Python:\n" + exc.pretty()) from None
+        except ValueError as exc:  # unsupported constructs (star imports)
+            raise QonductorError(str(exc)) from None
+        if args.dry_run:
+            print(graph.describe())
+            return
+        if not graph.has_quantum:
+            print("No sample() or estimate() call in this cell: it ran in the kernel as ordinary "
+                  "Python, not on the orchestrator.")
+            self.shell.run_cell(raw_cell, store_history=False)
+            return
+        config = self._config(args.config)
+        ns = self.shell.user_ns
+        workflow_id, _ = api.submit_cell(source, ns, config=config, name=args.name,
+                                         shots=args.shots, priority=args.priority,
+                                         seed=args.seed, placement=args.placement)
+        reply, outputs = api.collect(workflow_id, ns, timeout=args.timeout)
+        if reply.stdout:
+            sys.stdout.write(reply.stdout)
+        display(WorkflowReport.from_reply(reply, sorted(outputs)))
+
+    def _config(self, spec: str | None) -> dict[str, Any] | str | None:
+        if spec is None:
+            return None
+        value = self.shell.user_ns.get(spec)
+        if isinstance(value, dict):
+            return value
+        return spec  # a file path; load_config says clearly if it does not exist
+
+    @magic_arguments()
+    @argument("command", nargs="?", default="status",
+              help="server start|stop|status, images, workflows, fleet, status ID, cancel ID")
+    @argument("rest", nargs="*", help="arguments of the command")
+    @line_magic("qonductor")
+    def qonductor_line(self, line: str) -> Any:
+        """Manage the orchestrator and look at workflows: %qonductor server status, ..."""
+        from . import cli
+
+        args = parse_argstring(self.qonductor_line, line)
+        cmd, rest = args.command, args.rest
+        if cmd == "server":
+            action = rest[0] if rest else "status"
+            if action not in ("start", "stop", "status"):
+                raise UsageError("usage: %qonductor server start|stop|status")
+            print(cli.server_command(action))
+            return None
+        if cmd == "images":
+            return api.list_images()
+        if cmd == "workflows":
+            return api.list_workflows()
+        if cmd == "fleet":
+            return api.fleet()
+        if cmd in ("status", "cancel") and rest:
+            wid = rest[0]
+            if cmd == "cancel":
+                return api.cancel(wid)
+            info = api.workflow_info(wid)
+            return WorkflowReport.from_reply(info, [])
+        if cmd == "status":
+            print(cli.server_command("status"))
+            return None
+        raise UsageError(f"unknown command {cmd!r}; try: server start|stop|status, images, "
+                         "workflows, fleet, status ID, cancel ID")
