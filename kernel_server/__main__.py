@@ -21,8 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--placement", default=None, help="placement policy for quantum jobs")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kernel_server").setLevel(args.log_level.upper())
     try:
         fleet = resolve_fleet(args.fleet)
     except ValueError as exc:

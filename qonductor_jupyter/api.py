@@ -202,12 +202,16 @@ def capture_inputs(graph: WorkflowGraph, namespace: dict[str, Any]) -> dict[str,
     if kernel_only:
         raise InputError(f"{', '.join(kernel_only)} only exist in the notebook kernel and cannot "
                          "be used inside a %%qonductor cell (IPython magics included)")
-    missing = [n for n in graph.inputs if n not in namespace]
+    # The splitter's reads are conservative: a name bound only inside a loop and read after it
+    # counts as read. Such a name is fine when the cell binds it; only names the cell never binds
+    # and the notebook does not have are an error (the NameError Python would raise, but early).
+    written = set(graph.outputs)
+    missing = [n for n in graph.inputs if n not in namespace and n not in written]
     if missing:
         raise InputError(f"name{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
                          f"{'are' if len(missing) > 1 else 'is'} not defined: neither in the "
                          "notebook nor assigned earlier in the cell")
-    return {n: namespace[n] for n in graph.inputs}
+    return {n: namespace[n] for n in graph.inputs if n in namespace}
 
 
 def check_circuit_widths(values: dict[str, Any]) -> None:

@@ -234,8 +234,11 @@ class Client:
         self._sock.send_multipart(P.encode(message, self._signer, rid))
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
-            if not self._sock.poll(max(1, int(left * 1000))):
-                break
+            # Wake twice a second to notice a dead orchestrator long before the timeout.
+            if not self._sock.poll(max(1, int(min(left, 0.5) * 1000))):
+                if self._info is not None and not _pid_alive(self._info.pid):
+                    return None
+                continue
             try:
                 env = P.decode(self._sock.recv_multipart(), self._signer)
             except P.ProtocolError:

@@ -1,0 +1,51 @@
+"""Test session setup: an isolated Qonductor home and a small simulated fleet.
+
+Set at import time, before any test (or nbval's kernel) starts, so every orchestrator started in
+this session - by the tests or by a notebook kernel - lives in a temporary folder and is stopped at
+the end.
+"""
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+_home = tempfile.mkdtemp(prefix="qonductor-test-")
+os.environ.setdefault("QONDUCTOR_HOME", _home)
+os.environ.setdefault("QONDUCTOR_FLEET", "small")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_orchestrator_at_exit():
+    yield
+    from qonductor_jupyter.client import stop_server
+
+    stop_server()
+    if os.environ.get("QONDUCTOR_HOME") == _home and not os.environ.get("QONDUCTOR_KEEP_HOME"):
+        shutil.rmtree(_home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def orchestrator():
+    """A live orchestrator (detached process) shared by the end-to-end tests."""
+    from qonductor_jupyter.client import get_client, server_status, start_server
+
+    start_server()
+    get_client()
+    status = server_status()
+    assert status is not None
+    return status
+
+
+@pytest.fixture
+def shell(orchestrator):
+    """An IPython shell with the extension loaded (the real magics, no frontend)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "qonductor_jupyter")
+    for name in list(ip.user_ns):
+        if not name.startswith("_") and name not in ip.user_ns_hidden:
+            del ip.user_ns[name]
+    return ip

@@ -1,0 +1,255 @@
+"""End to end: the real orchestrator process over real ZeroMQ, real Aer, real worker pools."""
+
+import textwrap
+
+import pytest
+
+import qonductor_jupyter as qj
+from qonductor_jupyter.errors import InputError, QonductorError, WorkflowFailed
+
+PIPELINE = textwrap.dedent("""
+    from qiskit import QuantumCircuit
+    n = width + 1
+    qc = QuantumCircuit(n)
+    qc.h(0)
+    for i in range(n - 1):
+        qc.cx(i, i + 1)
+    qc.measure_all()
+    counts = sample(qc, shots=400)
+    total = sum(counts.values())
+    p_ghz = (counts.get("0" * n, 0) + counts.get("1" * n, 0)) / total
+""")
+
+
+def run(shell, cell, line=""):
+    result = shell.run_cell(f"%%qonductor {line}\n{cell}")
+    return result
+
+
+def test_api_create_deploy_invoke_results(orchestrator):
+    image = qj.create_workflow(PIPELINE, config={"shots": 400, "seed": 7}, name="ghz")
+    assert image in [i["id"] for i in qj.list_images()]
+    assert qj.deploy(image) == image
+    wid = qj.invoke(image, {"width": 2})
+    out = qj.workflow_results(wid, timeout=180)
+    assert qj.workflow_status(wid) == "done"
+    assert out["n"] == 3 and out["total"] == 400
+    assert out["p_ghz"] > 0.7
+    # The same image again with new inputs.
+    out2 = qj.workflow_results(qj.invoke(image, {"width": 3}), timeout=180)
+    assert out2["n"] == 4 and set(map(len, out2["counts"])) == {4}
+
+
+def test_missing_inputs_are_named(orchestrator):
+    image = qj.deploy(qj.create_workflow(PIPELINE))
+    with pytest.raises(QonductorError, match="missing inputs: width"):
+        qj.invoke(image, {})
+
+
+def test_magic_sets_every_assigned_name_and_reports_the_qpu(shell, capsys):
+    shell.user_ns["width"] = 1
+    result = run(shell, PIPELINE, "--seed 3")
+    assert result.error_in_exec is None, result.error_in_exec
+    ns = shell.user_ns
+    assert ns["n"] == 2 and ns["total"] == 400 and ns["p_ghz"] > 0.7
+    assert type(ns["qc"]).__name__ == "QuantumCircuit"
+    text = capsys.readouterr().out
+    assert "quantum" in text and "fake_" in text and "done" in text
+    assert "est. fidelity" in text and "queued" in text
+
+
+def test_functions_defined_in_the_cell_work_in_the_notebook(shell):
+    cell = textwrap.dedent("""
+        from qiskit import QuantumCircuit
+        scale = 10
+        def decode(counts):
+            return {k: v * scale for k, v in counts.items()}
+        qc = QuantumCircuit(1)
+        qc.x(0)
+        qc.measure_all()
+        counts = sample(qc, shots=50)
+        scaled = decode(counts)
+    """)
+    assert run(shell, cell).error_in_exec is None
+    assert sum(shell.user_ns["scaled"].values()) == 500
+    shell.user_ns["scale"] = 1
+    assert sum(shell.user_ns["decode"]({"1": 5}).values()) == 5  # looks up the notebook's globals
+
+
+def test_dry_run_prints_steps_and_runs_nothing(shell, capsys):
+    assert run(shell, "a = 1\nc = sample(qc)\nb = a + 1\n", "--dry-run").error_in_exec is None
+    text = capsys.readouterr().out
+    assert "quantum" in text and "classical" in text
+    assert "b" not in shell.user_ns
+
+
+def test_cell_without_quantum_call_runs_in_the_kernel(shell, capsys):
+    assert run(shell, "x = 40 + 2\n").error_in_exec is None
+    assert shell.user_ns["x"] == 42
+    assert "ordinary Python" in capsys.readouterr().out
+
+
+def test_syntax_error_is_clear_and_nothing_runs(shell):
+    result = run(shell, "x = 1\ny = (2 +\n")
+    assert isinstance(result.error_in_exec, QonductorError)
+    assert "not valid Python" in str(result.error_in_exec)
+    assert "x" not in shell.user_ns
+
+
+def test_unpicklable_input_is_refused_before_queueing(shell):
+    import threading
+
+    shell.user_ns["lock"] = threading.Lock()
+    shell.user_ns["qc"] = None
+    result = run(shell, "y = str(lock)\nc = sample(qc)\n")
+    assert isinstance(result.error_in_exec, InputError)
+    assert "lock" in str(result.error_in_exec)
+
+
+def test_undefined_name_is_refused(shell):
+    result = run(shell, "c = sample(not_defined_anywhere)\n")
+    assert isinstance(result.error_in_exec, InputError)
+    assert "not_defined_anywhere" in str(result.error_in_exec)
+
+
+def test_circuit_wider_than_every_qpu(shell):
+    from qiskit import QuantumCircuit
+
+    wide = QuantumCircuit(500)
+    wide.measure_all()
+    shell.user_ns["wide"] = wide
+    result = run(shell, "c = sample(wide)\n")
+    assert isinstance(result.error_in_exec, InputError)
+    assert "500 qubits" in str(result.error_in_exec)
+
+
+def test_circuit_built_too_wide_inside_the_cell_fails_the_workflow(shell):
+    cell = textwrap.dedent("""
+        from qiskit import QuantumCircuit
+        wide = QuantumCircuit(400)
+        wide.measure_all()
+        c = sample(wide)
+    """)
+    result = run(shell, cell)
+    assert isinstance(result.error_in_exec, WorkflowFailed)
+    assert "400 qubits" in str(result.error_in_exec)
+
+
+def test_exception_in_a_classical_step_shows_its_traceback(shell, orchestrator):
+    cell = "from qiskit import QuantumCircuit\nqc = QuantumCircuit(1)\nqc.measure_all()\n" \
+           "c = sample(qc, shots=10)\nratio = c['0'] / 0\n"
+    result = run(shell, cell)
+    err = result.error_in_exec
+    assert isinstance(err, WorkflowFailed)
+    assert "ZeroDivisionError" in err.user_traceback
+    assert 'line 5' in err.user_traceback and "ratio = c['0'] / 0" in err.user_traceback
+    assert qj.workflow_status(err.workflow_id) == "failed"
+    # Other workflows are unaffected.
+    ok = run(shell, "from qiskit import QuantumCircuit\nq2 = QuantumCircuit(1)\nq2.measure_all()\n"
+                    "c2 = sample(q2, shots=10)\n")
+    assert ok.error_in_exec is None and shell.user_ns["c2"] == {"0": 10}
+
+
+def test_unknown_option_is_a_usage_error(shell):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError):
+        shell.run_cell_magic("qonductor", "--frobnicate", "x = 1\n")
+
+
+def test_hybrid_loop_is_pinned_to_one_qpu(shell):
+    cell = textwrap.dedent("""
+        from qiskit import QuantumCircuit
+        values = []
+        for theta in (0.0, 3.14159):
+            qc = QuantumCircuit(1)
+            qc.rx(theta, 0)
+            qc.measure_all()
+            values.append(sample(qc, shots=100).get("1", 0))
+    """)
+    result = run(shell, cell)
+    assert result.error_in_exec is None
+    assert shell.user_ns["values"][0] < 20 and shell.user_ns["values"][1] > 80
+    workflows = qj.list_workflows(limit=1)
+    from qonductor_jupyter.api import workflow_info
+
+    info = workflow_info(workflows[0]["id"])
+    hybrid = [s for s in info.steps if s["kind"] == "hybrid"]
+    assert len(hybrid) == 1 and len(hybrid[0]["qpu_jobs"]) == 2
+    assert len({j["qpu"] for j in hybrid[0]["qpu_jobs"]}) == 1
+
+
+def test_events_are_published(orchestrator):
+    import threading
+
+    from qonductor_jupyter.client import get_client
+
+    seen = []
+    got_done = threading.Event()
+
+    def on_event(ev):
+        seen.append(ev)
+        if ev.kind == "qpu" and ev.state == "done":
+            got_done.set()
+
+    sub = get_client().subscribe(on_event)
+    try:
+        image = qj.deploy(qj.create_workflow(PIPELINE))
+        wid = qj.invoke(image, {"width": 1}, shots=100)
+        qj.workflow_results(wid, timeout=120)
+        assert got_done.wait(10)
+    finally:
+        sub.close()
+    states = [(e.kind, e.state) for e in seen if e.workflow_id == wid]
+    assert ("qpu", "estimating") in states and ("qpu", "running") in states
+    assert states[-1][1] == "done"
+
+
+def test_function_list_form(orchestrator):
+    from qiskit import QuantumCircuit
+
+    def prepare(n):
+        qc = QuantumCircuit(n)
+        qc.x(range(n))
+        qc.measure_all()
+        return qc
+
+    def decode(counts):
+        return max(counts, key=counts.get)
+
+    image = qj.deploy(qj.create_workflow([prepare, "sample", decode], name="listing"))
+    assert qj.workflow_results(qj.invoke(image, {"n": 2}), timeout=120)["result"] == "11"
+
+
+def test_cancel_reaches_every_child_job(orchestrator):
+    cell = textwrap.dedent("""
+        import time
+        from qiskit import QuantumCircuit
+        qc = QuantumCircuit(2)
+        qc.h(0)
+        qc.cx(0, 1)
+        qc.measure_all()
+        results = []
+        for _ in range(100):
+            time.sleep(0.2)
+            results.append(sample(qc, shots=10))
+    """)
+    image = qj.deploy(qj.create_workflow(cell))
+    wid = qj.invoke(image, {})
+    import time
+
+    time.sleep(3.0)
+    qj.cancel(wid)
+    assert qj.workflow_status(wid) == "cancelled"
+    with pytest.raises(QonductorError, match="cancelled"):
+        qj.workflow_results(wid, timeout=30)
+    from qonductor_jupyter.api import workflow_info
+
+    steps = workflow_info(wid).steps
+    assert all(s["state"] in ("done", "cancelled") for s in steps)
+    jobs = [j for s in steps for j in s["qpu_jobs"]]
+    assert jobs and all(j["state"] in ("done", "cancelled") for j in jobs)
+    assert len(jobs) < 100
+    # The worker slot was given back: another workflow still runs.
+    quick = qj.deploy(qj.create_workflow(PIPELINE))
+    assert qj.workflow_results(qj.invoke(quick, {"width": 1}, shots=50), timeout=60)["n"] == 2

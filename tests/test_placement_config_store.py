@@ -1,0 +1,83 @@
+"""Pure parts: placement baselines, configuration checks, the SQLite store and registry."""
+
+import pytest
+
+from kernel_server.config import ConfigError, validate_config
+from kernel_server.jobs import JobState, WorkflowRun, WorkflowState
+from kernel_server.registry import Registry, UnknownImage
+from kernel_server.scheduler.placement import Candidate, NoCandidate, place
+from kernel_server.store import Store
+
+CANDS = [Candidate("a", 0.90, 30.0), Candidate("b", 0.89, 1.0), Candidate("c", 0.70, 0.0)]
+
+
+def test_highest_fidelity_ignores_queues():
+    assert place(CANDS, "highest-fidelity").qpu == "a"
+
+
+def test_tolerance_trades_a_little_fidelity_for_the_queue():
+    assert place(CANDS, "fidelity-tolerance", "balanced").qpu == "b"
+    assert place(CANDS, "fidelity-tolerance", "fidelity").qpu == "a"
+    assert place(CANDS, "least-busy").qpu == "c"
+
+
+def test_placement_errors():
+    with pytest.raises(NoCandidate):
+        place([], "highest-fidelity")
+    with pytest.raises(ValueError, match="unknown placement policy"):
+        place(CANDS, "magic")
+
+
+def test_config_validation():
+    assert validate_config({"qpu": {"min_qubits": 20}, "shots": 100}) == {
+        "qpu": {"min_qubits": 20}, "shots": 100}
+    with pytest.raises(ConfigError, match="unknown option 'shot'"):
+        validate_config({"shot": 100})
+    with pytest.raises(ConfigError, match="qpu.'min_qbits'"):
+        validate_config({"qpu": {"min_qbits": 3}})
+    with pytest.raises(ConfigError, match="priority"):
+        validate_config({"priority": "fast"})
+    with pytest.raises(ConfigError, match="must be int"):
+        validate_config({"shots": "many"})
+
+
+def _graph():
+    step = {"id": 0, "kind": "classical", "source": "x = 1\n", "lineno": 1, "end_lineno": 1,
+            "reads": [], "writes": ["x"], "producers": {}}
+    return {"steps": [step], "edges": [], "inputs": [], "outputs": {"x": 0}}
+
+
+def test_store_persists_and_recovers_workflows(tmp_path):
+    path = tmp_path / "state.db"
+    store = Store(path)
+    run = WorkflowRun.new("wf-1", "img-1", _graph())
+    assert store.insert_workflow(run, "demo", {"shots": 10}, {"a": b"blob"})
+    assert not store.insert_workflow(run, "demo", {}, {})  # a resent request is not a new run
+    run.start()
+    run.steps[0].transition(JobState.QUEUED)
+    store.save_job(run.steps[0])
+    store.update_workflow(run)
+    store.add_event(1.0, "wf-1", "wf-1.s0", "classical", "queued", "")
+    store.close()
+
+    again = Store(path)
+    assert again.unfinished_workflow_ids() == ["wf-1"]
+    loaded = again.load_run("wf-1")
+    assert loaded.state is WorkflowState.RUNNING
+    assert loaded.steps[0].state is JobState.QUEUED
+    assert again.workflow_inputs("wf-1") == {"a": b"blob"}
+    assert again.workflow_row("wf-1")["options"] == {"shots": 10}
+    assert again.events("wf-1")[0]["state"] == "queued"
+    assert (path.stat().st_mode & 0o777) == 0o600
+
+
+def test_registry_dedupes_and_deploys(tmp_path):
+    reg = Registry(tmp_path)
+    a = reg.create("x = 1\n", _graph(), {"shots": 5}, "one", {})
+    b = reg.create("x = 1\n", _graph(), {"shots": 5}, None, {})
+    assert a.id == b.id and len(reg.list()) == 1
+    assert reg.deploy(a.id, {"priority": "jct"}).deployed == {"shots": 5, "priority": "jct"}
+    with pytest.raises(UnknownImage):
+        reg.get("img-nope")
+    with pytest.raises(ConfigError):
+        reg.create("x = 2\n", _graph(), {"bogus": 1}, None, {})
