@@ -100,8 +100,10 @@ def main() -> int:
     stop_server()
 
     q_mean, d_mean = statistics.mean(q_times), statistics.mean(d_times)
-    print(f"{args.qubits}-qubit GHZ, {args.shots} shots, {args.repeats} repeats, fleet "
-          f"'{args.fleet}', chosen QPU {chosen}")
+    print(
+        f"{args.qubits}-qubit GHZ, {args.shots} shots, {args.repeats} repeats, fleet "
+        f"'{args.fleet}', chosen QPU {chosen}"
+    )
     print(f"{'':44s}{'mean s':>9s}{'stdev':>8s}")
     rows = [
         ("direct: transpile + from_backend run", d_times),

@@ -14,15 +14,22 @@ from .workers.fleets import resolve_fleet
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernel_server",
-                                     description="Qonductor orchestrator (foreground)")
-    parser.add_argument("--fleet", default=os.environ.get("QONDUCTOR_FLEET", "default"),
-                        help="'default', 'small' or a comma-separated list of fake backends")
+    parser = argparse.ArgumentParser(
+        prog="python -m kernel_server", description="Qonductor orchestrator (foreground)"
+    )
+    parser.add_argument(
+        "--fleet",
+        default=os.environ.get("QONDUCTOR_FLEET", "default"),
+        help="'default', 'small' or a comma-separated list of fake backends",
+    )
     parser.add_argument("--placement", default=None, help="placement policy for quantum jobs")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     logging.getLogger("kernel_server").setLevel(args.log_level.upper())
     try:
         fleet = resolve_fleet(args.fleet)

@@ -1,6 +1,7 @@
 """The orchestrator process: API server, job manager and the QPU fleet in one asyncio loop.
 
-Sockets: a ROUTER for requests (kernels, the CLI, and classical workers calling ``sample``) and a PUB
+Sockets: a ROUTER for requests (kernels, the CLI, and classical workers calling ``sample``) and a
+PUB
 for events. Each request is handled in its own task, so a long-poll or a quantum call waiting for
 its QPU never blocks the loop. CPU work never runs in the loop: classical steps go to a process
 pool, transpilation and noisy simulation to a second one.
@@ -30,6 +31,7 @@ from .registry import Registry, UnknownImage
 from .scheduler.placement import DEFAULT_PLACEMENT, Candidate, place
 from .store import Store
 from .workers import classical, qpu
+from .workers.lifeline import start_lifeline
 
 log = logging.getLogger("kernel_server")
 
@@ -45,9 +47,15 @@ class CircuitTooWide(UserError):
 
 
 class Orchestrator:
-    def __init__(self, home: Path, fleet: list[str], classical_slots: int = 2,
-                 quantum_step_slots: int = 4, qpu_workers: int = 2,
-                 placement: str = DEFAULT_PLACEMENT):
+    def __init__(
+        self,
+        home: Path,
+        fleet: list[str],
+        classical_slots: int = 2,
+        quantum_step_slots: int = 4,
+        qpu_workers: int = 2,
+        placement: str = DEFAULT_PLACEMENT,
+    ):
         self.home = Path(home)
         self.home.mkdir(parents=True, exist_ok=True)
         os.chmod(self.home, 0o700)
@@ -71,10 +79,17 @@ class Orchestrator:
         self._stop = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self.handlers: dict[str, Handler] = {
-            "ping": self.h_ping, "shutdown": self.h_shutdown,
-            "create_workflow": self.h_create, "deploy": self.h_deploy, "invoke": self.h_invoke,
-            "status": self.h_status, "results": self.h_results, "list_images": self.h_images,
-            "list_workflows": self.h_workflows, "cancel": self.h_cancel, "fleet": self.h_fleet,
+            "ping": self.h_ping,
+            "shutdown": self.h_shutdown,
+            "create_workflow": self.h_create,
+            "deploy": self.h_deploy,
+            "invoke": self.h_invoke,
+            "status": self.h_status,
+            "results": self.h_results,
+            "list_images": self.h_images,
+            "list_workflows": self.h_workflows,
+            "cancel": self.h_cancel,
+            "fleet": self.h_fleet,
             "sample": self.h_sample,
         }
 
@@ -93,13 +108,22 @@ class Orchestrator:
         self.signer = P.Signer(key.encode())
         spawn = multiprocessing.get_context("spawn")  # never fork a process holding zmq sockets
         n_step = sum(self.classical_slots.values())
-        self.step_pool = ProcessPoolExecutor(n_step, mp_context=spawn,
-                                             initializer=classical.init_worker,
-                                             initargs=(self.router_endpoint, key))
-        self.qpu_pool = ProcessPoolExecutor(self.qpu_worker_count, mp_context=spawn)
-        self.conn = P.ConnectionInfo(router=self.router_endpoint,
-                                     pub=f"tcp://{host}:{pub_port}", key=key, pid=os.getpid(),
-                                     started_at=self.started_at)
+        self.step_pool = ProcessPoolExecutor(
+            n_step,
+            mp_context=spawn,
+            initializer=classical.init_worker,
+            initargs=(self.router_endpoint, key),
+        )
+        self.qpu_pool = ProcessPoolExecutor(
+            self.qpu_worker_count, mp_context=spawn, initializer=start_lifeline
+        )
+        self.conn = P.ConnectionInfo(
+            router=self.router_endpoint,
+            pub=f"tcp://{host}:{pub_port}",
+            key=key,
+            pid=os.getpid(),
+            started_at=self.started_at,
+        )
         self.fleet_ready = asyncio.Event()
         self._spawn(self._load_fleet())
         self.conn.write(P.connection_file_path())
@@ -120,8 +144,12 @@ class Orchestrator:
                 path.unlink()
         except (OSError, ValueError):
             pass
-        self.step_pool.shutdown(wait=False, cancel_futures=True)
-        self.qpu_pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self.step_pool, self.qpu_pool):
+            # A step may be stuck in user code; do not wait for it, end the workers.
+            workers = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in workers:
+                proc.terminate()
         self.router.close()
         self.pub.close()
         self.ctx.term()
@@ -140,8 +168,9 @@ class Orchestrator:
             log.error("task failed", exc_info=task.exception())
 
     async def _load_fleet(self) -> None:
-        infos = await self.loop.run_in_executor(self.qpu_pool, qpu.device_catalogue,
-                                                self.fleet_names)
+        infos = await self.loop.run_in_executor(
+            self.qpu_pool, qpu.device_catalogue, self.fleet_names
+        )
         for info in infos:
             self.store.upsert_device(info)
             self.qpus[info["name"]] = SimulatedQPU(info["name"], info)
@@ -196,9 +225,16 @@ class Orchestrator:
                 fut.cancel()
 
     def _event(self, job: JobRecord, detail: str = "") -> None:
-        ev = P.Event(workflow_id=job.workflow_id, job_id=job.id, step_id=job.step_id,
-                     kind=job.kind, state=job.state.value, qpu=job.qpu, detail=detail,
-                     ts=time.time())
+        ev = P.Event(
+            workflow_id=job.workflow_id,
+            job_id=job.id,
+            step_id=job.step_id,
+            kind=job.kind,
+            state=job.state.value,
+            qpu=job.qpu,
+            detail=detail,
+            ts=time.time(),
+        )
         self.store.add_event(ev.ts, ev.workflow_id, ev.job_id, ev.kind, ev.state, detail)
         frames = P.encode(ev, self.signer)
         self._spawn(self.pub.send_multipart([ev.topic, *frames]))
@@ -234,8 +270,12 @@ class Orchestrator:
 
     async def h_fleet(self, msg: P.GetFleet, identity: bytes, rid: str) -> P.Message:
         await self.fleet_ready.wait()
-        return P.Ok(data={"devices": [q.status() for q in self.qpus.values()],
-                          "dropped_messages": self.dropped_messages})
+        return P.Ok(
+            data={
+                "devices": [q.status() for q in self.qpus.values()],
+                "dropped_messages": self.dropped_messages,
+            }
+        )
 
     # ------------------------------------------------------------------ workflows
     async def h_invoke(self, msg: P.Invoke, identity: bytes, rid: str) -> P.Message:
@@ -260,8 +300,13 @@ class Orchestrator:
         self._adopt(run, inputs, options)
         return P.Ok(data={"workflow_id": workflow_id})
 
-    def _adopt(self, run: WorkflowRun, inputs: dict[str, bytes], options: dict[str, Any],
-               done: dict[int, tuple[dict[str, bytes], str]] | None = None) -> None:
+    def _adopt(
+        self,
+        run: WorkflowRun,
+        inputs: dict[str, bytes],
+        options: dict[str, Any],
+        done: dict[int, tuple[dict[str, bytes], str]] | None = None,
+    ) -> None:
         self.runs[run.id] = run
         self.inputs[run.id] = inputs
         self.options[run.id] = options
@@ -291,8 +336,11 @@ class Orchestrator:
                     job.error = "orchestrator restarted; the step runs again"
                     self._move(job, JobState.FAILED, job.error)
             row = self.store.workflow_row(workflow_id) or {}
-            done = {sid: saved[sid] for sid, j in run.steps.items()
-                    if j.state is JobState.DONE and sid in saved}
+            done = {
+                sid: saved[sid]
+                for sid, j in run.steps.items()
+                if j.state is JobState.DONE and sid in saved
+            }
             log.info("recovering workflow %s (%d steps done)", workflow_id, len(done))
             self._adopt(run, self.store.workflow_inputs(workflow_id), row.get("options", {}), done)
 
@@ -327,9 +375,16 @@ class Orchestrator:
                 inputs[name] = source[name]
         options = self.options[run.id]
         return classical.StepSpec(
-            workflow_id=run.id, step_id=sid, kind=step["kind"], code=step["source"],
-            lineno=step["lineno"], cell_source=run.graph.get("source", ""), inputs=inputs,
-            writes=list(step["writes"]), shots=int(options.get("shots", DEFAULT_SHOTS)))
+            workflow_id=run.id,
+            step_id=sid,
+            kind=step["kind"],
+            code=step["source"],
+            lineno=step["lineno"],
+            cell_source=run.graph.get("source", ""),
+            inputs=inputs,
+            writes=list(step["writes"]),
+            shots=int(options.get("shots", DEFAULT_SHOTS)),
+        )
 
     async def _run_step(self, run: WorkflowRun, sid: int, lane: str) -> None:
         job = run.steps[sid]
@@ -339,8 +394,9 @@ class Orchestrator:
             outcome = await self.loop.run_in_executor(self.step_pool, classical.run_step, spec)
         except Exception as exc:  # a broken pool or an unpicklable spec: the step fails
             log.exception("step %s of %s could not run", sid, run.id)
-            outcome = classical.StepOutcome(False, error=f"{type(exc).__name__}: {exc}",
-                                            error_type=type(exc).__name__)
+            outcome = classical.StepOutcome(
+                False, error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__
+            )
         finally:
             self.classical_slots[lane] += 1
             self._dispatch()
@@ -395,19 +451,27 @@ class Orchestrator:
 
     def _workflow_reply(self, run: WorkflowRun, with_outputs: bool) -> P.WorkflowReply:
         row = self.store.workflow_row(run.id) or {}
-        reply = P.WorkflowReply(workflow_id=run.id, state=run.state.value,
-                                steps=run.step_summaries(), error=run.error,
-                                info={"image_id": run.image_id, "name": row.get("name"),
-                                      "created_at": run.created_at,
-                                      "finished_at": run.finished_at,
-                                      "options": row.get("options", {})})
+        reply = P.WorkflowReply(
+            workflow_id=run.id,
+            state=run.state.value,
+            steps=run.step_summaries(),
+            error=run.error,
+            info={
+                "image_id": run.image_id,
+                "name": row.get("name"),
+                "created_at": run.created_at,
+                "finished_at": run.finished_at,
+                "options": row.get("options", {}),
+            },
+        )
         if run.state is WorkflowState.DONE:
             reply.stdout = row.get("stdout") or ""
             if with_outputs:
                 reply.outputs = self.store.workflow_outputs(run.id) or {}
         elif run.state.final:
-            reply.stdout = "".join(v[1] for _, v in sorted(self.step_results.get(run.id,
-                                                                                 {}).items()))
+            reply.stdout = "".join(
+                v[1] for _, v in sorted(self.step_results.get(run.id, {}).items())
+            )
         return reply
 
     async def h_status(self, msg: P.GetStatus, identity: bytes, rid: str) -> P.Message:
@@ -449,16 +513,23 @@ class Orchestrator:
         if req.get("families"):
             qpus = [q for q in qpus if q.family in req["families"]]
         min_q = max(width, int(req.get("min_qubits", 0)))
-        fitting = [q for q in qpus if q.num_qubits >= min_q
-                   and q.num_qubits <= int(req.get("max_qubits", 10**9))]
+        fitting = [
+            q
+            for q in qpus
+            if q.num_qubits >= min_q and q.num_qubits <= int(req.get("max_qubits", 10**9))
+        ]
         if not fitting:
             sizes = ", ".join(f"{q.name} ({q.num_qubits})" for q in self.qpus.values())
             if width and width > max((q.num_qubits for q in self.qpus.values()), default=0):
-                raise CircuitTooWide(f"the circuit needs {width} qubits but the largest QPU has "
-                                     f"{max(q.num_qubits for q in self.qpus.values())}; fleet: "
-                                     f"{sizes}. Reduce the circuit's width (or cut it).")
-            raise UserError(f"no QPU satisfies the configuration {req} for a {width}-qubit "
-                            f"circuit; fleet: {sizes}")
+                raise CircuitTooWide(
+                    f"the circuit needs {width} qubits but the largest QPU has "
+                    f"{max(q.num_qubits for q in self.qpus.values())}; fleet: "
+                    f"{sizes}. Reduce the circuit's width (or cut it)."
+                )
+            raise UserError(
+                f"no QPU satisfies the configuration {req} for a {width}-qubit "
+                f"circuit; fleet: {sizes}"
+            )
         return fitting
 
     async def h_sample(self, msg: P.Sample, identity: bytes, rid: str) -> P.Message | None:
@@ -466,15 +537,22 @@ class Orchestrator:
         if run is None or run.state.final:
             raise UserError(f"workflow {msg.workflow_id} is no longer running")
         step_job = run.steps[msg.step_id]
-        job = JobRecord(id=new_id("qj"), workflow_id=run.id, kind="qpu", step_id=msg.step_id,
-                        shots=msg.shots, parent=step_job.id)
+        job = JobRecord(
+            id=new_id("qj"),
+            workflow_id=run.id,
+            kind="qpu",
+            step_id=msg.step_id,
+            shots=msg.shots,
+            parent=step_job.id,
+        )
         run.qpu_jobs[job.id] = job
         self.store.save_job(job)
         self._spawn(self._run_qpu_job(run, job, msg, identity, rid))
         return None  # the reply comes when the QPU job is done
 
-    async def _run_qpu_job(self, run: WorkflowRun, job: JobRecord, msg: P.Sample,
-                           identity: bytes, rid: str) -> None:
+    async def _run_qpu_job(
+        self, run: WorkflowRun, job: JobRecord, msg: P.Sample, identity: bytes, rid: str
+    ) -> None:
         options = self.options[run.id]
         try:
             self._move(job, JobState.ESTIMATING)
@@ -483,14 +561,23 @@ class Orchestrator:
                 qpus = [self.qpus[session]]
             else:
                 qpus = self._eligible_qpus(options, msg.num_qubits)
-            estimates = await asyncio.gather(*[
-                self.loop.run_in_executor(self.qpu_pool, qpu.estimate_on_device, msg.circuits,
-                                          q.name, 0) for q in qpus])
+            estimates = await asyncio.gather(
+                *[
+                    self.loop.run_in_executor(
+                        self.qpu_pool, qpu.estimate_on_device, msg.circuits, q.name, 0
+                    )
+                    for q in qpus
+                ]
+            )
             by_name = {e.device: e for e in estimates}
-            candidates = [Candidate(q.name, by_name[q.name].fidelity, q.expected_wait_s())
-                          for q in qpus]
-            chosen = place(candidates, options.get("placement", self.placement),
-                           options.get("priority", "balanced"))
+            candidates = [
+                Candidate(q.name, by_name[q.name].fidelity, q.expected_wait_s()) for q in qpus
+            ]
+            chosen = place(
+                candidates,
+                options.get("placement", self.placement),
+                options.get("priority", "balanced"),
+            )
             est = by_name[chosen.qpu]
             job.qpu, job.est_fidelity, job.est_duration_s = chosen.qpu, est.fidelity, est.duration_s
             job.num_circuits = est.num_circuits
@@ -501,11 +588,15 @@ class Orchestrator:
             done = self.loop.create_future()
             self.qpu_waits[job.id] = done
             seed = self._seed(run, job)
-            self._move(job, JobState.QUEUED,
-                       f"on {chosen.qpu} (estimated fidelity {est.fidelity:.3f}, "
-                       f"{len(candidates)} candidates, policy {self.placement})")
-            await self.qpus[chosen.qpu].queue.put(QueuedJob(job, est.transpiled, msg.shots, seed,
-                                                            done))
+            self._move(
+                job,
+                JobState.QUEUED,
+                f"on {chosen.qpu} (estimated fidelity {est.fidelity:.3f}, "
+                f"{len(candidates)} candidates, policy {self.placement})",
+            )
+            await self.qpus[chosen.qpu].queue.put(
+                QueuedJob(job, est.transpiled, msg.shots, seed, done)
+            )
             result = await done
             self.qpu_waits.pop(job.id, None)
             self._move(job, JobState.DONE, "results returned to the step")
@@ -514,27 +605,37 @@ class Orchestrator:
             if not job.state.final:
                 self._move(job, JobState.CANCELLED, "workflow cancelled")
             self.qpu_waits.pop(job.id, None)
-            await self._reply(identity, rid, P.ErrorReply(type="WorkflowCancelled",
-                                                          message="the workflow was cancelled"))
+            await self._reply(
+                identity,
+                rid,
+                P.ErrorReply(type="WorkflowCancelled", message="the workflow was cancelled"),
+            )
         except Exception as exc:
             job.error = f"{type(exc).__name__}: {exc}"
             if not job.state.final:
                 self._move(job, JobState.FAILED, job.error)
-            await self._reply(identity, rid, P.ErrorReply(type=type(exc).__name__,
-                                                          message=str(exc)))
+            await self._reply(
+                identity, rid, P.ErrorReply(type=type(exc).__name__, message=str(exc))
+            )
 
     def _seed(self, run: WorkflowRun, job: JobRecord) -> int | None:
         base = self.options[run.id].get("seed")
         if base is None:
             return None
-        index = sum(1 for j in run.qpu_jobs.values() if j.step_id == job.step_id
-                    and j.created_at <= job.created_at) - 1
+        index = (
+            sum(
+                1
+                for j in run.qpu_jobs.values()
+                if j.step_id == job.step_id and j.created_at <= job.created_at
+            )
+            - 1
+        )
         return (int(base) * 1_000_003 + (job.step_id or 0) * 1009 + index) % (2**31)
 
     def _qpu_job_started(self, job: JobRecord) -> None:
         self._move(job, JobState.RUNNING, f"executing on {job.qpu}")
 
-    async def _execute(self, device: str, transpiled: bytes, shots: int,
-                       seed: int | None) -> bytes:
-        return await self.loop.run_in_executor(self.qpu_pool, qpu.execute_on_device, device,
-                                               transpiled, shots, seed)
+    async def _execute(self, device: str, transpiled: bytes, shots: int, seed: int | None) -> bytes:
+        return await self.loop.run_in_executor(
+            self.qpu_pool, qpu.execute_on_device, device, transpiled, shots, seed
+        )

@@ -65,8 +65,11 @@ def _check(section: str, data: dict[str, Any], schema: dict[str, Any]) -> None:
             raise ConfigError(f"unknown option {section}{key!r}; known options: {known}")
         expected = schema[key]
         if isinstance(value, bool) or not isinstance(value, expected):
-            names = (expected.__name__ if isinstance(expected, type)
-                     else "/".join(t.__name__ for t in expected))
+            names = (
+                expected.__name__
+                if isinstance(expected, type)
+                else "/".join(t.__name__ for t in expected)
+            )
             raise ConfigError(f"option {section}{key!r} must be {names}, got {value!r}")
 
 
@@ -81,6 +84,7 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     if "shots" in config and not 1 <= config["shots"] <= 1_000_000:
         raise ConfigError(f"shots must be between 1 and 1000000, got {config['shots']}")
     if "priority" in config and config["priority"] not in PRIORITIES:
-        raise ConfigError(f"priority must be one of {', '.join(PRIORITIES)}, "
-                          f"got {config['priority']!r}")
+        raise ConfigError(
+            f"priority must be one of {', '.join(PRIORITIES)}, got {config['priority']!r}"
+        )
     return config

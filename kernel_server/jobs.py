@@ -44,13 +44,19 @@ TRANSITIONS: dict[tuple[JobState, JobState], str] = {
     (S.POST_PROCESSING, S.DONE): "post-processing finished",
     (S.RUNNING, S.DONE): "finished",
     # Failures and cancellation can hit any live state.
-    **{(s, S.FAILED): "failed" for s in (S.PENDING, S.ESTIMATING, S.QUEUED, S.RUNNING,
-                                          S.POST_PROCESSING)},
-    **{(s, S.CANCELLED): "cancelled" for s in (S.PENDING, S.ESTIMATING, S.QUEUED, S.RUNNING,
-                                               S.POST_PROCESSING)},
-    # An orchestrator restart puts work that was in flight back to the start; nothing accepted is lost.
-    **{(s, S.PENDING): "requeued after an orchestrator restart"
-       for s in (S.ESTIMATING, S.QUEUED, S.RUNNING, S.POST_PROCESSING)},
+    **{
+        (s, S.FAILED): "failed"
+        for s in (S.PENDING, S.ESTIMATING, S.QUEUED, S.RUNNING, S.POST_PROCESSING)
+    },
+    **{
+        (s, S.CANCELLED): "cancelled"
+        for s in (S.PENDING, S.ESTIMATING, S.QUEUED, S.RUNNING, S.POST_PROCESSING)
+    },
+    # A restarted orchestrator puts work that was in flight back to the start; nothing is lost.
+    **{
+        (s, S.PENDING): "requeued after an orchestrator restart"
+        for s in (S.ESTIMATING, S.QUEUED, S.RUNNING, S.POST_PROCESSING)
+    },
 }
 
 
@@ -176,8 +182,12 @@ class WorkflowRun:
     @classmethod
     def new(cls, workflow_id: str, image_id: str, graph: dict[str, Any]) -> WorkflowRun:
         steps = {
-            s["id"]: JobRecord(id=f"{workflow_id}.s{s['id']}", workflow_id=workflow_id,
-                               kind=s["kind"], step_id=s["id"])
+            s["id"]: JobRecord(
+                id=f"{workflow_id}.s{s['id']}",
+                workflow_id=workflow_id,
+                kind=s["kind"],
+                step_id=s["id"],
+            )
             for s in graph["steps"]
         }
         return cls(id=workflow_id, image_id=image_id, graph=graph, steps=steps)
@@ -190,7 +200,8 @@ class WorkflowRun:
         if self.state.final:
             return []
         return [
-            sid for sid, job in sorted(self.steps.items())
+            sid
+            for sid, job in sorted(self.steps.items())
             if job.state is JobState.PENDING
             and all(self.steps[d].state is JobState.DONE for d in self.dependencies(sid))
         ]
@@ -244,8 +255,11 @@ class WorkflowRun:
         for s in self.graph["steps"]:
             job = self.steps[s["id"]]
             summary = job.summary()
-            summary.update(lineno=s["lineno"], end_lineno=s["end_lineno"],
-                           first_line=s["source"].splitlines()[0] if s["source"] else "")
+            summary.update(
+                lineno=s["lineno"],
+                end_lineno=s["end_lineno"],
+                first_line=s["source"].splitlines()[0] if s["source"] else "",
+            )
             summary["qpu_jobs"] = [q.summary() for q in by_step.get(s["id"], [])]
             out.append(summary)
         return out

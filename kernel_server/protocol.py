@@ -5,8 +5,8 @@ Two layers, kept apart on purpose (as in jupyter_client's ``session.py``):
 * **payload**: every message is a typed dataclass with a class-level ``op``; it travels as a msgpack
   map ``{"op", "id", "ts", "nonce", "body"}``. ``from_dict`` ignores unknown keys so that an older
   client can talk to a newer orchestrator.
-* **envelope**: ``[signature, payload]`` frames, where the signature is the HMAC-SHA256 hex digest of
-  the payload under the connection key. A frame set with a missing or wrong signature is dropped.
+* **envelope**: ``[signature, payload]`` frames, where the signature is the HMAC-SHA256 hex digest
+  of the payload under the connection key. A frame set with a missing or wrong signature is dropped.
 
 User objects (cell inputs, outputs, circuits) are cloudpickle blobs *inside* the signed payload, so
 nothing is unpickled before its signature has been checked.
@@ -109,7 +109,7 @@ class Deploy(Message):
 
 @dataclass
 class Invoke(Message):
-    """Run an image. ``workflow_id`` is chosen by the client so that a resent request is idempotent."""
+    """Run an image. The client chooses ``workflow_id``, so a resent request is idempotent."""
 
     op: ClassVar[str] = "invoke"
     image_id: str = ""
@@ -307,7 +307,9 @@ def decode(frames: list[bytes], signer: Signer) -> Envelope:
         message = cls.from_dict(data["body"])
     except TypeError as exc:
         raise ProtocolError(f"bad body for {cls.op!r}: {exc}") from exc
-    return Envelope(message, str(data.get("id", "")), float(data.get("ts", 0.0)), str(data.get("nonce", "")))
+    return Envelope(
+        message, str(data.get("id", "")), float(data.get("ts", 0.0)), str(data.get("nonce", ""))
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Workflow registry: hybrid workflow images on disk.
 
 An image is a folder ``images/<image_id>/`` with ``image.json`` (name, source, split graph, config,
-deployment config) and ``bound.msgpack`` (objects bound into the image, e.g. the step functions of the
-function-list form). The id is a content hash, so re-running the same cell reuses its image.
+deployment config) and ``bound.msgpack`` (objects bound into the image, e.g. the step functions
+of the function-list form). The id is a content hash, so re-running the same cell reuses its image.
 """
 
 from __future__ import annotations
@@ -56,8 +56,14 @@ class Registry:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
 
-    def create(self, source: str, graph: dict[str, Any], config: dict[str, Any],
-               name: str | None, bound: dict[str, bytes]) -> Image:
+    def create(
+        self,
+        source: str,
+        graph: dict[str, Any],
+        config: dict[str, Any],
+        name: str | None,
+        bound: dict[str, bytes],
+    ) -> Image:
         config = validate_config(config)
         digest = hashlib.sha256()
         digest.update(source.encode())
@@ -73,9 +79,15 @@ class Registry:
                 image.name = name
                 self._write(image)
             return image
-        image = Image(id=image_id, name=name or f"workflow-{image_id[4:10]}", source=source,
-                      graph=graph, config=config, created_at=time.time(),
-                      bound_names=sorted(bound))
+        image = Image(
+            id=image_id,
+            name=name or f"workflow-{image_id[4:10]}",
+            source=source,
+            graph=graph,
+            config=config,
+            created_at=time.time(),
+            bound_names=sorted(bound),
+        )
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "bound.msgpack").write_bytes(msgpack.packb(bound, use_bin_type=True))
         self._write(image)

@@ -41,9 +41,24 @@ CREATE TABLE IF NOT EXISTS events (
     state TEXT, detail TEXT);
 """
 
-_JOB_COLUMNS = ("id", "workflow_id", "step_id", "kind", "state", "qpu", "est_fidelity",
-                "est_duration_s", "shots", "num_circuits", "parent", "created_at", "queued_at",
-                "started_at", "finished_at", "error")
+_JOB_COLUMNS = (
+    "id",
+    "workflow_id",
+    "step_id",
+    "kind",
+    "state",
+    "qpu",
+    "est_fidelity",
+    "est_duration_s",
+    "shots",
+    "num_circuits",
+    "parent",
+    "created_at",
+    "queued_at",
+    "started_at",
+    "finished_at",
+    "error",
+)
 
 
 def _pack(obj: Any) -> bytes:
@@ -86,19 +101,28 @@ class Store:
             "VALUES (?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET num_qubits=excluded.num_qubits,"
             " family=excluded.family, calibration_id=excluded.calibration_id, info=excluded.info,"
             " updated_at=excluded.updated_at",
-            (info["name"], info["num_qubits"], info["family"], info["calibration_id"],
-             json.dumps(info), now),
+            (
+                info["name"],
+                info["num_qubits"],
+                info["family"],
+                info["calibration_id"],
+                json.dumps(info),
+                now,
+            ),
         )
-        self._exec("INSERT OR IGNORE INTO calibrations VALUES (?,?,?)",
-                   (info["name"], info["calibration_id"], now))
+        self._exec(
+            "INSERT OR IGNORE INTO calibrations VALUES (?,?,?)",
+            (info["name"], info["calibration_id"], now),
+        )
 
     def devices(self) -> list[dict[str, Any]]:
         rows = self._exec("SELECT info, online, updated_at FROM devices ORDER BY name").fetchall()
         return [{**json.loads(r[0]), "online": bool(r[1]), "updated_at": r[2]} for r in rows]
 
     # workflows -------------------------------------------------------------------------------
-    def insert_workflow(self, run: WorkflowRun, name: str | None, options: dict[str, Any],
-                        inputs: dict[str, bytes]) -> bool:
+    def insert_workflow(
+        self, run: WorkflowRun, name: str | None, options: dict[str, Any], inputs: dict[str, bytes]
+    ) -> bool:
         """Persist a new workflow with its steps; False if that id exists (a resent request)."""
         with self._lock:
             cur = self._db.cursor()
@@ -111,8 +135,16 @@ class Store:
                 cur.execute(
                     "INSERT INTO workflows (id, image_id, name, state, created_at, graph, options,"
                     " inputs) VALUES (?,?,?,?,?,?,?,?)",
-                    (run.id, run.image_id, name, run.state.value, run.created_at,
-                     json.dumps(run.graph), json.dumps(options), _pack(inputs)),
+                    (
+                        run.id,
+                        run.image_id,
+                        name,
+                        run.state.value,
+                        run.created_at,
+                        json.dumps(run.graph),
+                        json.dumps(options),
+                        _pack(inputs),
+                    ),
                 )
                 for job in run.steps.values():
                     cur.execute(self._job_upsert_sql(), self._job_row(job))
@@ -123,22 +155,38 @@ class Store:
         return True
 
     def update_workflow(self, run: WorkflowRun) -> None:
-        self._exec("UPDATE workflows SET state=?, finished_at=?, error=? WHERE id=?",
-                   (run.state.value, run.finished_at, run.error, run.id))
+        self._exec(
+            "UPDATE workflows SET state=?, finished_at=?, error=? WHERE id=?",
+            (run.state.value, run.finished_at, run.error, run.id),
+        )
 
     def save_outputs(self, workflow_id: str, outputs: dict[str, bytes], stdout: str) -> None:
-        self._exec("UPDATE workflows SET outputs=?, stdout=? WHERE id=?",
-                   (_pack(outputs), stdout, workflow_id))
+        self._exec(
+            "UPDATE workflows SET outputs=?, stdout=? WHERE id=?",
+            (_pack(outputs), stdout, workflow_id),
+        )
 
     def workflow_row(self, workflow_id: str) -> dict[str, Any] | None:
         cur = self._exec(
             "SELECT id, image_id, name, state, created_at, finished_at, error, graph, options,"
-            " stdout FROM workflows WHERE id=?", (workflow_id,))
+            " stdout FROM workflows WHERE id=?",
+            (workflow_id,),
+        )
         row = cur.fetchone()
         if row is None:
             return None
-        keys = ("id", "image_id", "name", "state", "created_at", "finished_at", "error", "graph",
-                "options", "stdout")
+        keys = (
+            "id",
+            "image_id",
+            "name",
+            "state",
+            "created_at",
+            "finished_at",
+            "error",
+            "graph",
+            "options",
+            "stdout",
+        )
         data = dict(zip(keys, row, strict=True))
         data["graph"] = json.loads(data["graph"])
         data["options"] = json.loads(data["options"] or "{}")
@@ -155,14 +203,17 @@ class Store:
     def list_workflows(self, limit: int = 100) -> list[dict[str, Any]]:
         rows = self._exec(
             "SELECT id, image_id, name, state, created_at, finished_at, error FROM workflows"
-            " ORDER BY created_at DESC LIMIT ?", (limit,)).fetchall()
+            " ORDER BY created_at DESC LIMIT ?",
+            (limit,),
+        ).fetchall()
         keys = ("id", "image_id", "name", "state", "created_at", "finished_at", "error")
         return [dict(zip(keys, r, strict=True)) for r in rows]
 
     def unfinished_workflow_ids(self) -> list[str]:
         live = (WorkflowState.SUBMITTED.value, WorkflowState.RUNNING.value)
-        rows = self._exec("SELECT id FROM workflows WHERE state IN (?,?) ORDER BY created_at",
-                          live).fetchall()
+        rows = self._exec(
+            "SELECT id FROM workflows WHERE state IN (?,?) ORDER BY created_at", live
+        ).fetchall()
         return [r[0] for r in rows]
 
     # jobs ------------------------------------------------------------------------------------
@@ -175,16 +226,33 @@ class Store:
 
     @staticmethod
     def _job_row(job: JobRecord) -> tuple:
-        return (job.id, job.workflow_id, job.step_id, job.kind, job.state.value, job.qpu,
-                job.est_fidelity, job.est_duration_s, job.shots, job.num_circuits, job.parent,
-                job.created_at, job.queued_at, job.started_at, job.finished_at, job.error)
+        return (
+            job.id,
+            job.workflow_id,
+            job.step_id,
+            job.kind,
+            job.state.value,
+            job.qpu,
+            job.est_fidelity,
+            job.est_duration_s,
+            job.shots,
+            job.num_circuits,
+            job.parent,
+            job.created_at,
+            job.queued_at,
+            job.started_at,
+            job.finished_at,
+            job.error,
+        )
 
     def save_job(self, job: JobRecord) -> None:
         self._exec(self._job_upsert_sql(), self._job_row(job))
 
     def jobs(self, workflow_id: str) -> list[JobRecord]:
-        rows = self._exec(f"SELECT {','.join(_JOB_COLUMNS)} FROM jobs WHERE workflow_id=?"
-                          " ORDER BY created_at", (workflow_id,)).fetchall()
+        rows = self._exec(
+            f"SELECT {','.join(_JOB_COLUMNS)} FROM jobs WHERE workflow_id=? ORDER BY created_at",
+            (workflow_id,),
+        ).fetchall()
         out = []
         for r in rows:
             d = dict(zip(_JOB_COLUMNS, r, strict=True))
@@ -192,25 +260,36 @@ class Store:
             out.append(JobRecord(**d))
         return out
 
-    def save_step_outputs(self, workflow_id: str, step_id: int, outputs: dict[str, bytes],
-                          stdout: str) -> None:
-        self._exec("INSERT OR REPLACE INTO step_outputs VALUES (?,?,?,?)",
-                   (workflow_id, step_id, _pack(outputs), stdout))
+    def save_step_outputs(
+        self, workflow_id: str, step_id: int, outputs: dict[str, bytes], stdout: str
+    ) -> None:
+        self._exec(
+            "INSERT OR REPLACE INTO step_outputs VALUES (?,?,?,?)",
+            (workflow_id, step_id, _pack(outputs), stdout),
+        )
 
     def step_outputs(self, workflow_id: str) -> dict[int, tuple[dict[str, bytes], str]]:
-        rows = self._exec("SELECT step_id, outputs, stdout FROM step_outputs WHERE workflow_id=?",
-                          (workflow_id,)).fetchall()
+        rows = self._exec(
+            "SELECT step_id, outputs, stdout FROM step_outputs WHERE workflow_id=?", (workflow_id,)
+        ).fetchall()
         return {r[0]: (_unpack(r[1]), r[2] or "") for r in rows}
 
     # events ----------------------------------------------------------------------------------
-    def add_event(self, ts: float, workflow_id: str, job_id: str, kind: str, state: str,
-                  detail: str) -> None:
-        self._exec("INSERT INTO events (ts, workflow_id, job_id, kind, state, detail)"
-                   " VALUES (?,?,?,?,?,?)", (ts, workflow_id, job_id, kind, state, detail))
+    def add_event(
+        self, ts: float, workflow_id: str, job_id: str, kind: str, state: str, detail: str
+    ) -> None:
+        self._exec(
+            "INSERT INTO events (ts, workflow_id, job_id, kind, state, detail)"
+            " VALUES (?,?,?,?,?,?)",
+            (ts, workflow_id, job_id, kind, state, detail),
+        )
 
     def events(self, workflow_id: str) -> list[dict[str, Any]]:
-        rows = self._exec("SELECT seq, ts, job_id, kind, state, detail FROM events"
-                          " WHERE workflow_id=? ORDER BY seq", (workflow_id,)).fetchall()
+        rows = self._exec(
+            "SELECT seq, ts, job_id, kind, state, detail FROM events"
+            " WHERE workflow_id=? ORDER BY seq",
+            (workflow_id,),
+        ).fetchall()
         keys = ("seq", "ts", "job_id", "kind", "state", "detail")
         return [dict(zip(keys, r, strict=True)) for r in rows]
 

@@ -9,8 +9,17 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = ("create_workflow", "deploy", "invoke", "workflow_status", "workflow_results",
-        "list_images", "list_workflows", "cancel", "fleet")
+_API = (
+    "create_workflow",
+    "deploy",
+    "invoke",
+    "workflow_status",
+    "workflow_results",
+    "list_images",
+    "list_workflows",
+    "cancel",
+    "fleet",
+)
 
 __all__ = [*_API, "load_ipython_extension", "unload_ipython_extension"]
 

@@ -65,14 +65,19 @@ def _function_list_source(steps: list[Any]) -> tuple[str, dict[str, bytes]]:
             if have_value:
                 lines.append(f"result = {name}(result)")
             else:
-                params = [p.name for p in inspect.signature(step).parameters.values()
-                          if p.default is inspect.Parameter.empty
-                          and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+                params = [
+                    p.name
+                    for p in inspect.signature(step).parameters.values()
+                    if p.default is inspect.Parameter.empty
+                    and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                ]
                 args = ", ".join(f"{p}={p}" for p in params)
                 lines.append(f"result = {name}({args})")
         else:
-            raise QonductorError(f"step {i} is a {type(step).__name__}; a workflow step must be "
-                                 "a callable, a QuantumCircuit or 'sample'")
+            raise QonductorError(
+                f"step {i} is a {type(step).__name__}; a workflow step must be "
+                "a callable, a QuantumCircuit or 'sample'"
+            )
         have_value = True
     return "\n".join(lines) + "\n", bound
 
@@ -84,8 +89,9 @@ def _graph_dict(source: str) -> dict[str, Any]:
     return data
 
 
-def create_workflow(code: str | list[Any], config: dict[str, Any] | str | None = None,
-                    name: str | None = None) -> str:
+def create_workflow(
+    code: str | list[Any], config: dict[str, Any] | str | None = None, name: str | None = None
+) -> str:
     """Package code (cell source, or a list of step functions/circuits) and config as an image."""
     from kernel_server.config import ConfigError, load_config
 
@@ -100,8 +106,9 @@ def create_workflow(code: str | list[Any], config: dict[str, Any] | str | None =
     else:
         raise QonductorError("code must be cell source (str) or a non-empty list of steps")
     graph = _graph_dict(source)
-    reply = _request(P.CreateWorkflow(source=source, graph=graph, config=cfg, name=name,
-                                      bound=bound))
+    reply = _request(
+        P.CreateWorkflow(source=source, graph=graph, config=cfg, name=name, bound=bound)
+    )
     return reply.data["image_id"]  # type: ignore[attr-defined]
 
 
@@ -126,8 +133,11 @@ def pickle_inputs(inputs: dict[str, Any]) -> dict[str, bytes]:
         except Exception as exc:  # pickling raises many exception types
             problems.append(f"  {name} ({type(value).__name__}): {exc}")
     if problems:
-        raise InputError("these inputs cannot be sent to the orchestrator:\n" + "\n".join(problems)
-                         + "\nCreate them inside the cell, or pass something picklable.")
+        raise InputError(
+            "these inputs cannot be sent to the orchestrator:\n"
+            + "\n".join(problems)
+            + "\nCreate them inside the cell, or pass something picklable."
+        )
     return blobs
 
 
@@ -135,8 +145,14 @@ def invoke(image_id: str, inputs: dict[str, Any] | None = None, **options: Any) 
     """Start a run of a deployed image; returns the workflow id at once."""
     blobs = pickle_inputs(inputs or {})
     workflow_id = "wf-" + uuid.uuid4().hex[:12]
-    _request(P.Invoke(image_id=image_id, workflow_id=workflow_id, inputs=blobs,
-                      options={k: v for k, v in options.items() if v is not None}))
+    _request(
+        P.Invoke(
+            image_id=image_id,
+            workflow_id=workflow_id,
+            inputs=blobs,
+            options={k: v for k, v in options.items() if v is not None},
+        )
+    )
     return workflow_id
 
 
@@ -149,16 +165,20 @@ def workflow_info(workflow_id: str) -> P.WorkflowReply:
     return _request(P.GetStatus(workflow_id=workflow_id))  # type: ignore[return-value]
 
 
-def wait(workflow_id: str, timeout: float | None = None,
-         on_poll: Callable[[P.WorkflowReply], None] | None = None) -> P.WorkflowReply:
+def wait(
+    workflow_id: str,
+    timeout: float | None = None,
+    on_poll: Callable[[P.WorkflowReply], None] | None = None,
+) -> P.WorkflowReply:
     """Block until the workflow is final (long-polling); raises TimeoutError after ``timeout``."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         left = 5.0 if deadline is None else min(5.0, deadline - time.monotonic())
         if left <= 0:
             raise TimeoutError(f"workflow {workflow_id} did not finish within {timeout} s")
-        reply: P.WorkflowReply = _request(P.GetResults(workflow_id=workflow_id, wait_s=left),
-                                          timeout=left + 30.0)  # type: ignore[assignment]
+        reply: P.WorkflowReply = _request(
+            P.GetResults(workflow_id=workflow_id, wait_s=left), timeout=left + 30.0
+        )  # type: ignore[assignment]
         if on_poll is not None:
             on_poll(reply)
         if reply.state in ("done", "failed", "cancelled"):
@@ -200,24 +220,31 @@ def capture_inputs(graph: WorkflowGraph, namespace: dict[str, Any]) -> dict[str,
     """The values of the cell's free names, checked before anything is queued."""
     kernel_only = sorted(n for n in graph.inputs if n in KERNEL_ONLY_NAMES)
     if kernel_only:
-        raise InputError(f"{', '.join(kernel_only)} only exist in the notebook kernel and cannot "
-                         "be used inside a %%qonductor cell (IPython magics included)")
+        raise InputError(
+            f"{', '.join(kernel_only)} only exist in the notebook kernel and cannot "
+            "be used inside a %%qonductor cell (IPython magics included)"
+        )
     # The splitter's reads are conservative: a name bound only inside a loop and read after it
     # counts as read. Such a name is fine when the cell binds it; only names the cell never binds
     # and the notebook does not have are an error (the NameError Python would raise, but early).
     written = set(graph.outputs)
     missing = [n for n in graph.inputs if n not in namespace and n not in written]
     if missing:
-        raise InputError(f"name{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-                         f"{'are' if len(missing) > 1 else 'is'} not defined: neither in the "
-                         "notebook nor assigned earlier in the cell")
+        raise InputError(
+            f"name{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+            f"{'are' if len(missing) > 1 else 'is'} not defined: neither in the "
+            "notebook nor assigned earlier in the cell"
+        )
     return {n: namespace[n] for n in graph.inputs if n in namespace}
 
 
 def check_circuit_widths(values: dict[str, Any]) -> None:
     """Refuse input circuits wider than every QPU before anything is queued."""
-    widths = {n: v.num_qubits for n, v in values.items()
-              if type(v).__name__ == "QuantumCircuit" and hasattr(v, "num_qubits")}
+    widths = {
+        n: v.num_qubits
+        for n, v in values.items()
+        if type(v).__name__ == "QuantumCircuit" and hasattr(v, "num_qubits")
+    }
     if not widths:
         return
     devices = fleet()
@@ -225,24 +252,32 @@ def check_circuit_widths(values: dict[str, Any]) -> None:
     too_wide = {n: w for n, w in widths.items() if w > largest}
     if too_wide:
         listing = ", ".join(f"{n} has {w} qubits" for n, w in too_wide.items())
-        raise InputError(f"circuit too wide for every QPU: {listing}; the largest QPU in the "
-                         f"fleet has {largest} qubits. Reduce the width (or cut the circuit).")
+        raise InputError(
+            f"circuit too wide for every QPU: {listing}; the largest QPU in the "
+            f"fleet has {largest} qubits. Reduce the width (or cut the circuit)."
+        )
 
 
 def rebind_cell_functions(outputs: dict[str, Any], namespace: dict[str, Any]) -> None:
     """Functions the cell defined look their globals up in the notebook, as if defined there."""
     for name, value in outputs.items():
         if isinstance(value, types.FunctionType) and value.__module__ == CELL_MODULE:
-            fn = types.FunctionType(value.__code__, namespace, value.__name__,
-                                    value.__defaults__, value.__closure__)
+            fn = types.FunctionType(
+                value.__code__, namespace, value.__name__, value.__defaults__, value.__closure__
+            )
             fn.__kwdefaults__ = value.__kwdefaults__
             fn.__qualname__ = value.__qualname__
             fn.__doc__ = value.__doc__
             outputs[name] = fn
 
 
-def submit_cell(source: str, namespace: dict[str, Any], config: dict[str, Any] | None = None,
-                name: str | None = None, **options: Any) -> tuple[str, WorkflowGraph]:
+def submit_cell(
+    source: str,
+    namespace: dict[str, Any],
+    config: dict[str, Any] | None = None,
+    name: str | None = None,
+    **options: Any,
+) -> tuple[str, WorkflowGraph]:
     """Split, register, deploy and invoke a cell; returns (workflow id, graph)."""
     graph = split_cell(source)
     values = capture_inputs(graph, namespace)
@@ -251,13 +286,20 @@ def submit_cell(source: str, namespace: dict[str, Any], config: dict[str, Any] |
     image_id = create_workflow(source, config, name)
     deploy(image_id)
     workflow_id = "wf-" + uuid.uuid4().hex[:12]
-    _request(P.Invoke(image_id=image_id, workflow_id=workflow_id, inputs=blobs,
-                      options={k: v for k, v in options.items() if v is not None}))
+    _request(
+        P.Invoke(
+            image_id=image_id,
+            workflow_id=workflow_id,
+            inputs=blobs,
+            options={k: v for k, v in options.items() if v is not None},
+        )
+    )
     return workflow_id, graph
 
 
-def collect(workflow_id: str, namespace: dict[str, Any],
-            timeout: float | None = None) -> tuple[P.WorkflowReply, dict[str, Any]]:
+def collect(
+    workflow_id: str, namespace: dict[str, Any], timeout: float | None = None
+) -> tuple[P.WorkflowReply, dict[str, Any]]:
     """Wait for a submitted cell, push its outputs into the namespace; return (reply, outputs)."""
     reply = wait(workflow_id, timeout)
     _raise_for(reply)

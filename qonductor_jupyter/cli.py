@@ -15,26 +15,34 @@ def server_command(action: str, fleet: str | None = None) -> str:
     if action == "start":
         info = start_server(fleet)
         status = server_status() or {}
-        return (f"orchestrator running (pid {info.pid}) on {info.router}; "
-                f"fleet: {', '.join(status.get('fleet', []))}")
+        return (
+            f"orchestrator running (pid {info.pid}) on {info.router}; "
+            f"fleet: {', '.join(status.get('fleet', []))}"
+        )
     if action == "stop":
         return "orchestrator stopped" if stop_server() else "no orchestrator was running"
     status = server_status()
     if status is None:
         return "no orchestrator is running (it starts on first use, or: qonductor server start)"
-    return (f"orchestrator running (pid {status['pid']}, up {status['uptime_s']:.0f} s) on "
-            f"{status['router']}; fleet: {', '.join(status['fleet'])}; "
-            f"state in {status['home']}")
+    return (
+        f"orchestrator running (pid {status['pid']}, up {status['uptime_s']:.0f} s) on "
+        f"{status['router']}; fleet: {', '.join(status['fleet'])}; "
+        f"state in {status['home']}"
+    )
 
 
 def find_example(name: str) -> Path:
     here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "example_notebooks" / name, Path.cwd() / "example_notebooks"
-                      / name):
+    for candidate in (
+        here.parent / "example_notebooks" / name,
+        Path.cwd() / "example_notebooks" / name,
+    ):
         if candidate.is_file():
             return candidate
-    raise SystemExit(f"cannot find example_notebooks/{name}; run from a checkout of the project "
-                     "(pip install -e .)")
+    raise SystemExit(
+        f"cannot find example_notebooks/{name}; run from a checkout of the project "
+        "(pip install -e .)"
+    )
 
 
 def _text_outputs(cell: dict) -> list[str]:
@@ -57,8 +65,12 @@ def demo(notebook: str = "01_quickstart.ipynb", timeout: int = 600) -> int:
     nb = nbformat.read(path, as_version=4)
     print(f"Running {path.name} headless through the Qonductor orchestrator ...", flush=True)
     t0 = time.perf_counter()
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    )
     client.execute()
     elapsed = time.perf_counter() - t0
     for i, cell in enumerate(nb.cells):

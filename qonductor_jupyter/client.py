@@ -99,9 +99,15 @@ def server_status(timeout: float = 2.0) -> dict[str, Any] | None:
     pong = ping(info, timeout)
     if pong is None:
         return None
-    return {"pid": pong.pid, "router": info.router, "pub": info.pub,
-            "uptime_s": time.time() - pong.started_at, "fleet": pong.fleet,
-            "connection_file": str(P.connection_file_path()), "home": str(P.qonductor_home())}
+    return {
+        "pid": pong.pid,
+        "router": info.router,
+        "pub": info.pub,
+        "uptime_s": time.time() - pong.started_at,
+        "fleet": pong.fleet,
+        "connection_file": str(P.connection_file_path()),
+        "home": str(P.qonductor_home()),
+    }
 
 
 def start_server(fleet: str | None = None, timeout: float = 90.0) -> P.ConnectionInfo:
@@ -121,17 +127,26 @@ def start_server(fleet: str | None = None, timeout: float = 90.0) -> P.Connectio
             cmd += ["--fleet", fleet]
         log_path = home / "server.log"
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                    start_new_session=True, close_fds=True, cwd=str(home))
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                close_fds=True,
+                cwd=str(home),
+            )
         ready = _wait_ready(proc.pid, timeout, proc)
         if ready is None:
             raise OrchestratorUnavailable(
-                f"the orchestrator did not start within {timeout:.0f} s; see {log_path}")
+                f"the orchestrator did not start within {timeout:.0f} s; see {log_path}"
+            )
         return ready
 
 
-def _wait_ready(pid: int, timeout: float,
-                proc: subprocess.Popen | None = None) -> P.ConnectionInfo | None:
+def _wait_ready(
+    pid: int, timeout: float, proc: subprocess.Popen | None = None
+) -> P.ConnectionInfo | None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -163,8 +178,9 @@ def stop_server(timeout: float = 15.0) -> bool:
 class Client:
     """Request/reply over a DEALER socket; thread-safe; restarts a dead orchestrator."""
 
-    def __init__(self, autostart: bool = True, info: P.ConnectionInfo | None = None,
-                 fleet: str | None = None):
+    def __init__(
+        self, autostart: bool = True, info: P.ConnectionInfo | None = None, fleet: str | None = None
+    ):
         self.autostart = autostart
         self.fleet = fleet
         self._info = info
@@ -185,7 +201,8 @@ class Client:
         if info is None or not _pid_alive(info.pid):
             if not self.autostart:
                 raise OrchestratorUnavailable(
-                    "no orchestrator is running; start one with `qonductor server start`")
+                    "no orchestrator is running; start one with `qonductor server start`"
+                )
             info = start_server(self.fleet)
         self._set_info(info)
 
@@ -226,7 +243,8 @@ class Client:
                 if attempt < retries:
                     self._recover()
             raise OrchestratorUnavailable(
-                f"no reply to {message.op!r} after {retries + 1} attempts of {timeout:.0f} s")
+                f"no reply to {message.op!r} after {retries + 1} attempts of {timeout:.0f} s"
+            )
 
     def _try(self, message: P.Message, timeout: float) -> P.Message | None:
         assert self._sock is not None
@@ -247,8 +265,11 @@ class Client:
                 return env.message
         return None
 
-    def subscribe(self, callback: Callable[[P.Event], None], workflow_id: str = "",
-                  ) -> Subscription:
+    def subscribe(
+        self,
+        callback: Callable[[P.Event], None],
+        workflow_id: str = "",
+    ) -> Subscription:
         return Subscription(self.info, callback, workflow_id)
 
     def close(self) -> None:
@@ -261,8 +282,9 @@ class Client:
 class Subscription:
     """Events from the orchestrator's PUB socket, delivered to a callback on a daemon thread."""
 
-    def __init__(self, info: P.ConnectionInfo, callback: Callable[[P.Event], None],
-                 workflow_id: str = ""):
+    def __init__(
+        self, info: P.ConnectionInfo, callback: Callable[[P.Event], None], workflow_id: str = ""
+    ):
         self._info = info
         self._callback = callback
         self._topic = f"wf.{workflow_id}".encode() if workflow_id else b"wf."

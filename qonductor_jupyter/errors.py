@@ -41,23 +41,34 @@ class WorkflowFailed(QonductorError):
         self.step = failed[0] if failed else None
         where = ""
         if self.step is not None:
-            where = (f" in step {self.step['step_id']} ({self.step['kind']}, "
-                     f"line {self.step['lineno']}-{self.step['end_lineno']})")
+            where = (
+                f" in step {self.step['step_id']} ({self.step['kind']}, "
+                f"line {self.step['lineno']}-{self.step['end_lineno']})"
+            )
         self.user_traceback = reply.error or "unknown error"
         super().__init__(f"workflow {reply.workflow_id} failed{where}:\n{self.user_traceback}")
 
     def _render_traceback_(self) -> list[str]:
         lines = str(self).splitlines()
-        return [f"\x1b[31mQonductor workflow error:\x1b[0m {lines[0]}", *lines[1:],
-                "Other workflows are not affected; fix the cell and run it again."]
+        return [
+            f"\x1b[31mQonductor workflow error:\x1b[0m {lines[0]}",
+            *lines[1:],
+            "Other workflows are not affected; fix the cell and run it again.",
+        ]
 
 
 class OrchestratorError(QonductorError):
     title = "Qonductor orchestrator"
 
 
-_REMOTE_USER_ERRORS = {"UserError", "CircuitTooWide", "ConfigError", "UnknownImage",
-                       "ValueError", "KeyError"}
+_REMOTE_USER_ERRORS = {
+    "UserError",
+    "CircuitTooWide",
+    "ConfigError",
+    "UnknownImage",
+    "ValueError",
+    "KeyError",
+}
 
 
 def from_remote(exc: RemoteError) -> QonductorError:

@@ -20,15 +20,23 @@ PRIORITIES = ("fidelity", "balanced", "jct")
 @magics_class
 class QonductorMagics(Magics):
     @magic_arguments()
-    @argument("--dry-run", action="store_true",
-              help="print the steps and their dependencies; run nothing")
+    @argument(
+        "--dry-run", action="store_true", help="print the steps and their dependencies; run nothing"
+    )
     @argument("--shots", type=int, default=None, help="shots per circuit (default 4000)")
-    @argument("--priority", choices=PRIORITIES, default=None,
-              help="what the QPU placement favours (default balanced)")
+    @argument(
+        "--priority",
+        choices=PRIORITIES,
+        default=None,
+        help="what the QPU placement favours (default balanced)",
+    )
     @argument("--seed", type=int, default=None, help="seed the simulated QPUs (reproducible runs)")
     @argument("--name", default=None, help="name of the workflow image")
-    @argument("--config", default=None,
-              help="deployment config: a YAML file or the name of a dict variable")
+    @argument(
+        "--config",
+        default=None,
+        help="deployment config: a YAML file or the name of a dict variable",
+    )
     @argument("--placement", default=None, help="QPU placement policy (a named baseline)")
     @argument("--timeout", type=float, default=None, help="give up waiting after this many s")
     @cell_magic("qonductor")
@@ -62,15 +70,24 @@ class QonductorMagics(Magics):
             print(graph.describe())
             return
         if not graph.has_quantum:
-            print("No sample() or estimate() call in this cell: it ran in the kernel as ordinary "
-                  "Python, not on the orchestrator.")
+            print(
+                "No sample() or estimate() call in this cell: it ran in the kernel as ordinary "
+                "Python, not on the orchestrator."
+            )
             self.shell.run_cell(raw_cell, store_history=False)
             return
         config = self._config(args.config)
         ns = self.shell.user_ns
-        workflow_id, _ = api.submit_cell(source, ns, config=config, name=args.name,
-                                         shots=args.shots, priority=args.priority,
-                                         seed=args.seed, placement=args.placement)
+        workflow_id, _ = api.submit_cell(
+            source,
+            ns,
+            config=config,
+            name=args.name,
+            shots=args.shots,
+            priority=args.priority,
+            seed=args.seed,
+            placement=args.placement,
+        )
         reply, outputs = api.collect(workflow_id, ns, timeout=args.timeout)
         if reply.stdout:
             sys.stdout.write(reply.stdout)
@@ -85,8 +102,12 @@ class QonductorMagics(Magics):
         return spec  # a file path; load_config says clearly if it does not exist
 
     @magic_arguments()
-    @argument("command", nargs="?", default="status",
-              help="server start|stop|status, images, workflows, fleet, status ID, cancel ID")
+    @argument(
+        "command",
+        nargs="?",
+        default="status",
+        help="server start|stop|status, images, workflows, fleet, status ID, cancel ID",
+    )
     @argument("rest", nargs="*", help="arguments of the command")
     @line_magic("qonductor")
     def qonductor_line(self, line: str) -> Any:
@@ -116,5 +137,7 @@ class QonductorMagics(Magics):
         if cmd == "status":
             print(cli.server_command("status"))
             return None
-        raise UsageError(f"unknown command {cmd!r}; try: server start|stop|status, images, "
-                         "workflows, fleet, status ID, cancel ID")
+        raise UsageError(
+            f"unknown command {cmd!r}; try: server start|stop|status, images, "
+            "workflows, fleet, status ID, cancel ID"
+        )

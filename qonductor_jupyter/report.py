@@ -1,4 +1,4 @@
-"""What stands under a finished ``%%qonductor`` cell: per step, where it ran and how long it took."""
+"""What stands under a finished ``%%qonductor`` cell: where each step ran and how long it took."""
 
 from __future__ import annotations
 
@@ -14,9 +14,16 @@ def _fmt_s(value: float | None) -> str:
 def _step_row(step: dict[str, Any]) -> dict[str, str]:
     jobs = step.get("qpu_jobs") or []
     lines = f"{step['lineno']}-{step['end_lineno']}"
-    row = {"step": str(step["step_id"]), "kind": step["kind"], "lines": lines,
-           "state": step["state"], "qpu": "-", "fidelity": "-", "queued": "-",
-           "ran": _fmt_s(step.get("run_s"))}
+    row = {
+        "step": str(step["step_id"]),
+        "kind": step["kind"],
+        "lines": lines,
+        "state": step["state"],
+        "qpu": "-",
+        "fidelity": "-",
+        "queued": "-",
+        "ran": _fmt_s(step.get("run_s")),
+    }
     if jobs:
         qpus = sorted({j["qpu"] for j in jobs if j["qpu"]})
         fids = [j["est_fidelity"] for j in jobs if j["est_fidelity"] is not None]
@@ -29,8 +36,16 @@ def _step_row(step: dict[str, Any]) -> dict[str, str]:
     return row
 
 
-COLUMNS = (("step", "step"), ("kind", "kind"), ("lines", "lines"), ("state", "state"),
-           ("qpu", "QPU"), ("fidelity", "est. fidelity"), ("queued", "queued"), ("ran", "ran"))
+COLUMNS = (
+    ("step", "step"),
+    ("kind", "kind"),
+    ("lines", "lines"),
+    ("state", "state"),
+    ("qpu", "QPU"),
+    ("fidelity", "est. fidelity"),
+    ("queued", "queued"),
+    ("ran", "ran"),
+)
 
 
 @dataclass
@@ -43,8 +58,13 @@ class WorkflowReport:
 
     @classmethod
     def from_reply(cls, reply: Any, outputs: list[str]) -> WorkflowReport:
-        return cls(reply.workflow_id, reply.state, reply.steps, outputs,
-                   reply.info.get("options", {}).get("placement", ""))
+        return cls(
+            reply.workflow_id,
+            reply.state,
+            reply.steps,
+            outputs,
+            reply.info.get("options", {}).get("placement", ""),
+        )
 
     def rows(self) -> list[dict[str, str]]:
         return [_step_row(s) for s in self.steps]
@@ -55,16 +75,25 @@ class WorkflowReport:
         head = "  ".join(t.ljust(widths[k]) for k, t in COLUMNS)
         body = ["  ".join(r[k].ljust(widths[k]) for k, _ in COLUMNS).rstrip() for r in rows]
         names = ", ".join(self.outputs) if self.outputs else "(none)"
-        return "\n".join([f"Qonductor workflow {self.workflow_id}: {self.state}", head.rstrip(),
-                          *body, f"Variables set: {names}"])
+        return "\n".join(
+            [
+                f"Qonductor workflow {self.workflow_id}: {self.state}",
+                head.rstrip(),
+                *body,
+                f"Variables set: {names}",
+            ]
+        )
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(t)}</th>" for _, t in COLUMNS)
         body = "".join(
             "<tr>" + "".join(f"<td>{html.escape(r[k])}</td>" for k, _ in COLUMNS) + "</tr>"
-            for r in self.rows())
+            for r in self.rows()
+        )
         names = html.escape(", ".join(self.outputs) if self.outputs else "(none)")
-        return (f"<div class='qonductor-report'><b>Qonductor workflow</b> "
-                f"<code>{html.escape(self.workflow_id)}</code>: {html.escape(self.state)}"
-                f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-                f"<div>Variables set: <code>{names}</code></div></div>")
+        return (
+            f"<div class='qonductor-report'><b>Qonductor workflow</b> "
+            f"<code>{html.escape(self.workflow_id)}</code>: {html.escape(self.state)}"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            f"<div>Variables set: <code>{names}</code></div></div>"
+        )

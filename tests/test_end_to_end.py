@@ -136,17 +136,22 @@ def test_circuit_built_too_wide_inside_the_cell_fails_the_workflow(shell):
 
 
 def test_exception_in_a_classical_step_shows_its_traceback(shell, orchestrator):
-    cell = "from qiskit import QuantumCircuit\nqc = QuantumCircuit(1)\nqc.measure_all()\n" \
-           "c = sample(qc, shots=10)\nratio = c['0'] / 0\n"
+    cell = (
+        "from qiskit import QuantumCircuit\nqc = QuantumCircuit(1)\nqc.measure_all()\n"
+        "c = sample(qc, shots=10)\nratio = c['0'] / 0\n"
+    )
     result = run(shell, cell)
     err = result.error_in_exec
     assert isinstance(err, WorkflowFailed)
     assert "ZeroDivisionError" in err.user_traceback
-    assert 'line 5' in err.user_traceback and "ratio = c['0'] / 0" in err.user_traceback
+    assert "line 5" in err.user_traceback and "ratio = c['0'] / 0" in err.user_traceback
     assert qj.workflow_status(err.workflow_id) == "failed"
     # Other workflows are unaffected.
-    ok = run(shell, "from qiskit import QuantumCircuit\nq2 = QuantumCircuit(1)\nq2.measure_all()\n"
-                    "c2 = sample(q2, shots=10)\n")
+    ok = run(
+        shell,
+        "from qiskit import QuantumCircuit\nq2 = QuantumCircuit(1)\nq2.measure_all()\n"
+        "c2 = sample(q2, shots=10)\n",
+    )
     assert ok.error_in_exec is None and shell.user_ns["c2"] == {"0": 10}
 
 

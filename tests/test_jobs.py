@@ -13,9 +13,19 @@ from kernel_server.jobs import (
 
 
 def graph(edges, kinds=("classical", "quantum", "classical")):
-    steps = [{"id": i, "kind": k, "source": f"x{i} = {i}\n", "lineno": i + 1,
-              "end_lineno": i + 1, "reads": [], "writes": [f"x{i}"], "producers": {}}
-             for i, k in enumerate(kinds)]
+    steps = [
+        {
+            "id": i,
+            "kind": k,
+            "source": f"x{i} = {i}\n",
+            "lineno": i + 1,
+            "end_lineno": i + 1,
+            "reads": [],
+            "writes": [f"x{i}"],
+            "producers": {},
+        }
+        for i, k in enumerate(kinds)
+    ]
     return {"steps": steps, "edges": edges, "inputs": [], "outputs": {}}
 
 
@@ -27,16 +37,23 @@ def test_legal_path_records_times_and_history():
     job.transition(JobState.DONE, now=9.0)
     assert job.queue_seconds == 3.0
     assert job.run_seconds == 4.0
-    assert [t.target for t in job.history] == [JobState.ESTIMATING, JobState.QUEUED,
-                                               JobState.RUNNING, JobState.DONE]
+    assert [t.target for t in job.history] == [
+        JobState.ESTIMATING,
+        JobState.QUEUED,
+        JobState.RUNNING,
+        JobState.DONE,
+    ]
     assert job.history[1].cause == TRANSITIONS[(JobState.ESTIMATING, JobState.QUEUED)]
 
 
-@pytest.mark.parametrize("source,target", [
-    (JobState.PENDING, JobState.RUNNING),
-    (JobState.PENDING, JobState.DONE),
-    (JobState.QUEUED, JobState.ESTIMATING),
-])
+@pytest.mark.parametrize(
+    "source,target",
+    [
+        (JobState.PENDING, JobState.RUNNING),
+        (JobState.PENDING, JobState.DONE),
+        (JobState.QUEUED, JobState.ESTIMATING),
+    ],
+)
 def test_illegal_transitions_raise(source, target):
     job = JobRecord(id="j", workflow_id="w", kind="classical", state=source)
     with pytest.raises(IllegalTransition, match=f"{source.value} -> {target.value}"):

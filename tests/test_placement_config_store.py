@@ -30,7 +30,9 @@ def test_placement_errors():
 
 def test_config_validation():
     assert validate_config({"qpu": {"min_qubits": 20}, "shots": 100}) == {
-        "qpu": {"min_qubits": 20}, "shots": 100}
+        "qpu": {"min_qubits": 20},
+        "shots": 100,
+    }
     with pytest.raises(ConfigError, match="unknown option 'shot'"):
         validate_config({"shot": 100})
     with pytest.raises(ConfigError, match="qpu.'min_qbits'"):
@@ -42,8 +44,16 @@ def test_config_validation():
 
 
 def _graph():
-    step = {"id": 0, "kind": "classical", "source": "x = 1\n", "lineno": 1, "end_lineno": 1,
-            "reads": [], "writes": ["x"], "producers": {}}
+    step = {
+        "id": 0,
+        "kind": "classical",
+        "source": "x = 1\n",
+        "lineno": 1,
+        "end_lineno": 1,
+        "reads": [],
+        "writes": ["x"],
+        "producers": {},
+    }
     return {"steps": [step], "edges": [], "inputs": [], "outputs": {"x": 0}}
 
 

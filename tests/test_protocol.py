@@ -58,8 +58,13 @@ def test_empty_key_refused():
 
 
 def test_connection_file_is_owner_only(tmp_path):
-    info = P.ConnectionInfo(router="tcp://127.0.0.1:1", pub="tcp://127.0.0.1:2", key=P.new_key(),
-                            pid=os.getpid(), started_at=0.0)
+    info = P.ConnectionInfo(
+        router="tcp://127.0.0.1:1",
+        pub="tcp://127.0.0.1:2",
+        key=P.new_key(),
+        pid=os.getpid(),
+        started_at=0.0,
+    )
     path = tmp_path / "run" / "c.json"
     info.write(path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600

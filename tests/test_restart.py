@@ -19,8 +19,12 @@ SLOW = textwrap.dedent("""
 
 
 def test_killed_orchestrator_restarts_and_keeps_workflows(orchestrator):
-    quick = qj.deploy(qj.create_workflow("from qiskit import QuantumCircuit\nq = QuantumCircuit(1)"
-                                         "\nq.measure_all()\nc = sample(q, shots=5)\n"))
+    quick = qj.deploy(
+        qj.create_workflow(
+            "from qiskit import QuantumCircuit\nq = QuantumCircuit(1)"
+            "\nq.measure_all()\nc = sample(q, shots=5)\n"
+        )
+    )
     done_id = qj.invoke(quick)
     qj.workflow_results(done_id, timeout=120)
     slow = qj.deploy(qj.create_workflow(SLOW))

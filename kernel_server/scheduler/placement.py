@@ -5,8 +5,8 @@ stay as named baselines beside it:
 
 * ``highest-fidelity`` - what users do today: the QPU with the best estimated fidelity, whatever its
   queue (the FCFS baseline of the paper).
-* ``fidelity-tolerance`` - among QPUs whose estimated fidelity is within a tolerance of the best, the
-  one whose queue clears first. The tolerance comes from the priority: ``fidelity`` 0,
+* ``fidelity-tolerance`` - among QPUs whose estimated fidelity is within a tolerance of the best,
+  the one whose queue clears first. The tolerance comes from the priority: ``fidelity`` 0,
   ``balanced`` 0.02, ``jct`` 0.10 (absolute fidelity points).
 * ``least-busy`` - the shortest expected wait, ignoring fidelity (IBM's ``least_busy``).
 """
@@ -61,8 +61,9 @@ PLACEMENT_POLICIES: Mapping[str, Callable[[list[Candidate], str], Candidate]] = 
 DEFAULT_PLACEMENT = "fidelity-tolerance"
 
 
-def place(candidates: list[Candidate], policy: str = DEFAULT_PLACEMENT,
-          priority: str = "balanced") -> Candidate:
+def place(
+    candidates: list[Candidate], policy: str = DEFAULT_PLACEMENT, priority: str = "balanced"
+) -> Candidate:
     try:
         fn = PLACEMENT_POLICIES[policy]
     except KeyError:

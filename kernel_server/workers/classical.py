@@ -32,6 +32,9 @@ _link_config: tuple[str, str] | None = None
 def init_worker(router_endpoint: str, key: str) -> None:
     """Process-pool initializer: remember where the orchestrator is; connect lazily."""
     global _link_config, _link
+    from kernel_server.workers.lifeline import start_lifeline
+
+    start_lifeline()
     _link_config = (router_endpoint, key)
     _link = None
 
@@ -110,15 +113,20 @@ def _check_circuit(circuit: Any, need_measurements: bool) -> None:
     from qiskit import QuantumCircuit
 
     if not isinstance(circuit, QuantumCircuit):
-        raise TypeError(f"sample() takes a QuantumCircuit or a list of them, not "
-                        f"{type(circuit).__name__}")
+        raise TypeError(
+            f"sample() takes a QuantumCircuit or a list of them, not {type(circuit).__name__}"
+        )
     if circuit.parameters:
         names = ", ".join(sorted(p.name for p in circuit.parameters)[:5])
-        raise ValueError(f"circuit {circuit.name!r} has unbound parameters ({names}); "
-                         "bind them with circuit.assign_parameters(...) first")
+        raise ValueError(
+            f"circuit {circuit.name!r} has unbound parameters ({names}); "
+            "bind them with circuit.assign_parameters(...) first"
+        )
     if need_measurements and not any(i.operation.name == "measure" for i in circuit.data):
-        raise ValueError(f"circuit {circuit.name!r} has no measurements; add "
-                         "circuit.measure_all() (or use estimate() for expectation values)")
+        raise ValueError(
+            f"circuit {circuit.name!r} has no measurements; add "
+            "circuit.measure_all() (or use estimate() for expectation values)"
+        )
 
 
 def make_primitives(workflow_id: str, step_id: int, default_shots: int) -> dict[str, Any]:
@@ -136,9 +144,15 @@ def make_primitives(workflow_id: str, step_id: int, default_shots: int) -> dict[
         n_shots = int(shots or default_shots)
         if n_shots < 1:
             raise ValueError(f"shots must be positive, got {n_shots}")
-        reply = _get_link().request(Sample(
-            workflow_id=workflow_id, step_id=step_id, circuits=cloudpickle.dumps(batch),
-            shots=n_shots, num_qubits=max(c.num_qubits for c in batch)))
+        reply = _get_link().request(
+            Sample(
+                workflow_id=workflow_id,
+                step_id=step_id,
+                circuits=cloudpickle.dumps(batch),
+                shots=n_shots,
+                num_qubits=max(c.num_qubits for c in batch),
+            )
+        )
         results = cloudpickle.loads(reply.results)
         return results[0] if single else results
 
@@ -168,8 +182,9 @@ def _rebind_cell_functions(ns: dict[str, Any]) -> None:
     """
     for name, value in list(ns.items()):
         if isinstance(value, types.FunctionType) and value.__module__ == CELL_MODULE:
-            fn = types.FunctionType(value.__code__, ns, value.__name__, value.__defaults__,
-                                    value.__closure__)
+            fn = types.FunctionType(
+                value.__code__, ns, value.__name__, value.__defaults__, value.__closure__
+            )
             fn.__kwdefaults__ = value.__kwdefaults__
             fn.__qualname__ = value.__qualname__
             fn.__doc__ = value.__doc__
@@ -196,8 +211,12 @@ def run_step(spec: StepSpec) -> StepOutcome:
         for name, blob in spec.inputs.items():
             ns[name] = cloudpickle.loads(blob)
     except Exception as exc:
-        return StepOutcome(False, error=f"could not load input values: {exc!r}",
-                           error_type=type(exc).__name__, pid=os.getpid())
+        return StepOutcome(
+            False,
+            error=f"could not load input values: {exc!r}",
+            error_type=type(exc).__name__,
+            pid=os.getpid(),
+        )
     _rebind_cell_functions(ns)
     if spec.kind != "classical" or "sample" not in ns:
         ns.update(make_primitives(spec.workflow_id, spec.step_id, spec.shots))
@@ -208,8 +227,13 @@ def run_step(spec: StepSpec) -> StepOutcome:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
             exec(compiled, ns)
     except (Exception, SystemExit) as exc:  # anything the user's code raises is reported
-        return StepOutcome(False, stdout=out.getvalue(), error=_user_traceback(exc),
-                           error_type=type(exc).__name__, pid=os.getpid())
+        return StepOutcome(
+            False,
+            stdout=out.getvalue(),
+            error=_user_traceback(exc),
+            error_type=type(exc).__name__,
+            pid=os.getpid(),
+        )
     outputs: dict[str, bytes] = {}
     problems = []
     for name in spec.writes:
@@ -220,11 +244,14 @@ def run_step(spec: StepSpec) -> StepOutcome:
         except Exception as exc:  # pickling raises many types
             problems.append(f"  {name} ({type(ns[name]).__name__}): {exc}")
     if problems:
-        msg = ("these values cannot be sent between steps or back to the notebook:\n"
-               + "\n".join(problems)
-               + "\nKeep them local to one statement or `del` them at the end of the cell.")
-        return StepOutcome(False, stdout=out.getvalue(), error=msg, error_type="PicklingError",
-                           pid=os.getpid())
+        msg = (
+            "these values cannot be sent between steps or back to the notebook:\n"
+            + "\n".join(problems)
+            + "\nKeep them local to one statement or `del` them at the end of the cell."
+        )
+        return StepOutcome(
+            False, stdout=out.getvalue(), error=msg, error_type="PicklingError", pid=os.getpid()
+        )
     return StepOutcome(True, outputs=outputs, stdout=out.getvalue(), pid=os.getpid())
 
 

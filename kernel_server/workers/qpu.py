@@ -42,8 +42,9 @@ def estimate_on_device(circuits_blob: bytes, device: str, seed: int = 0) -> Devi
     fidelity = sum(e.fidelity for e in estimates) / len(estimates)
     duration = sum(e.duration_s for e in estimates)
     transpiled = cloudpickle.dumps([e.transpiled for e in estimates])
-    return DeviceEstimate(device, fidelity, duration, transpiled, len(estimates),
-                          time.perf_counter() - t0)
+    return DeviceEstimate(
+        device, fidelity, duration, transpiled, len(estimates), time.perf_counter() - t0
+    )
 
 
 def execute_on_device(device: str, transpiled_blob: bytes, shots: int, seed: int | None) -> bytes:
