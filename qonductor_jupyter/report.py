@@ -21,7 +21,7 @@ def _step_row(step: dict[str, Any]) -> dict[str, str]:
         "state": step["state"],
         "qpu": "-",
         "fidelity": "-",
-        "queued": "-",
+        "queued": _fmt_s(step.get("queue_s")),
         "ran": _fmt_s(step.get("run_s")),
     }
     if jobs:

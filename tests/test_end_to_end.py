@@ -258,3 +258,30 @@ def test_cancel_reaches_every_child_job(orchestrator):
     # The worker slot was given back: another workflow still runs.
     quick = qj.deploy(qj.create_workflow(PIPELINE))
     assert qj.workflow_results(qj.invoke(quick, {"width": 1}, shots=50), timeout=60)["n"] == 2
+
+
+def test_workflow_is_persisted_before_it_is_acknowledged(orchestrator):
+    import sqlite3
+    from pathlib import Path
+
+    image = qj.deploy(qj.create_workflow(PIPELINE))
+    wid = qj.invoke(image, {"width": 1}, shots=20)
+    db = sqlite3.connect(Path(orchestrator["home"]) / "state.db")
+    row = db.execute("SELECT id, image_id FROM workflows WHERE id=?", (wid,)).fetchone()
+    db.close()
+    assert row == (wid, image)
+    qj.workflow_results(wid, timeout=60)
+
+
+def test_one_orchestrator_is_shared_by_every_kernel(orchestrator):
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json; from qonductor_jupyter.client import start_server, server_status;"
+            "start_server(); print(json.dumps(server_status()['pid']))")
+    pids = {json.loads(subprocess.check_output([sys.executable, "-c", code], timeout=60))
+            for _ in range(2)}
+    from qonductor_jupyter.client import server_status
+
+    assert pids == {server_status()["pid"]}
