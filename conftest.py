@@ -16,9 +16,8 @@ os.environ.setdefault("QONDUCTOR_HOME", _home)
 os.environ.setdefault("QONDUCTOR_FLEET", "small")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _stop_orchestrator_at_exit():
-    yield
+def pytest_sessionfinish(session, exitstatus):
+    """Stop the orchestrator this session started (a hook, so nbval-only runs stop it too)."""
     from qonductor_jupyter.client import stop_server
 
     stop_server()
