@@ -50,6 +50,7 @@ BUILTIN_NAMES: frozenset[str] = (
     | frozenset({"__import__", "__build_class__", "__debug__"})
 ) - _IPYTHON_INJECTED
 
+_NOT_INPUTS = BUILTIN_NAMES | QUANTUM_PRIMITIVES
 _CELL_FILENAME = "<cell>"
 _FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef)
 _COMPREHENSION_NODES = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -283,7 +284,7 @@ class WorkflowGraph:
             lines.append(
                 f"  step {step.id}: {step.kind.value:<{width}}  "
                 f"lines {step.lineno}-{step.end_lineno}  "
-                f"reads: {_names(step.reads)}  writes: {_names(step.writes)}  "
+                f"reads: {_names(_user_names(step))}  writes: {_names(step.writes)}  "
                 f"quantum calls: {step.quantum_calls}  | {first}"
             )
         edges = ", ".join(f"{src} -> {dst}" for src, dst in self.edges)
@@ -294,6 +295,13 @@ class WorkflowGraph:
         )
         lines.append(f"outputs: {outputs or '-'}")
         return "\n".join(lines)
+
+
+def _user_names(step: Step) -> tuple[str, ...]:
+    """A step's reads without builtins and primitives (they come from no step): less noise."""
+    return tuple(
+        n for n in step.reads if step.producers.get(n) is not None or n not in _NOT_INPUTS
+    )
 
 
 def _names(names: tuple[str, ...]) -> str:
