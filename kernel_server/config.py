@@ -83,6 +83,12 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError("qpu.min_qubits must be at least 1")
     if "shots" in config and not 1 <= config["shots"] <= 1_000_000:
         raise ConfigError(f"shots must be between 1 and 1000000, got {config['shots']}")
+    if "placement" in config:
+        from .scheduler.placement import PLACEMENT_POLICIES
+
+        if config["placement"] not in PLACEMENT_POLICIES:
+            known = ", ".join(PLACEMENT_POLICIES)
+            raise ConfigError(f"unknown placement policy {config['placement']!r}; known: {known}")
     if "priority" in config and config["priority"] not in PRIORITIES:
         raise ConfigError(
             f"priority must be one of {', '.join(PRIORITIES)}, got {config['priority']!r}"

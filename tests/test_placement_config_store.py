@@ -91,3 +91,9 @@ def test_registry_dedupes_and_deploys(tmp_path):
         reg.get("img-nope")
     with pytest.raises(ConfigError):
         reg.create("x = 2\n", _graph(), {"bogus": 1}, None, {})
+
+
+def test_unknown_placement_policy_is_a_config_error():
+    with pytest.raises(ConfigError, match="unknown placement policy 'magic'"):
+        validate_config({"placement": "magic"})
+    assert validate_config({"placement": "least-busy"}) == {"placement": "least-busy"}

@@ -1,0 +1,395 @@
+"""The job manager: walks each workflow's DAG, runs its steps, places and queues its QPU jobs.
+
+It owns the in-memory workflow runs and every job transition (each one persisted and published as
+an event). It does no socket I/O: the orchestrator hands it callables for running a step, estimating
+a job on a device and executing it, for publishing an event and for answering a waiting worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import protocol as P
+from .config import DEFAULT_SHOTS
+from .fleet import QueuedJob, SimulatedQPU
+from .jobs import JobRecord, JobState, WorkflowRun, WorkflowState, new_id
+from .scheduler.placement import DEFAULT_PLACEMENT, Candidate, place
+from .store import Store
+from .workers.classical import StepOutcome, StepSpec
+
+log = logging.getLogger("kernel_server.manager")
+
+
+class UserError(Exception):
+    """A request that cannot be served as asked; the message tells the user what to do."""
+
+
+class CircuitTooWide(UserError):
+    pass
+
+
+@dataclass
+class Executors:
+    """How the manager gets CPU work done (process pools in the orchestrator)."""
+
+    run_step: Callable[[StepSpec], Awaitable[StepOutcome]]
+    estimate: Callable[[bytes, str], Awaitable[Any]]  # -> workers.qpu.DeviceEstimate
+    spawn: Callable[[Awaitable[Any]], asyncio.Task]
+
+
+Emit = Callable[[JobRecord, str], None]
+Reply = Callable[[bytes, str, P.Message], Awaitable[None]]
+
+
+class JobManager:
+    def __init__(
+        self,
+        store: Store,
+        executors: Executors,
+        emit: Emit,
+        reply: Reply,
+        classical_slots: int = 2,
+        quantum_step_slots: int = 4,
+        placement: str = DEFAULT_PLACEMENT,
+    ):
+        self.store = store
+        self.ex = executors
+        self.emit = emit
+        self.reply = reply
+        self.placement = placement
+        self.slots = {"classical": classical_slots, "quantum": quantum_step_slots}
+        self.step_queue: dict[str, list[tuple[str, int]]] = {"classical": [], "quantum": []}
+        self.runs: dict[str, WorkflowRun] = {}
+        self.inputs: dict[str, dict[str, bytes]] = {}
+        self.options: dict[str, dict[str, Any]] = {}
+        self.step_results: dict[str, dict[int, tuple[dict[str, bytes], str]]] = {}
+        self.waiters: dict[str, list[asyncio.Future]] = {}
+        self.sessions: dict[tuple[str, int], str] = {}  # hybrid step -> its pinned QPU
+        self.qpu_waits: dict[str, asyncio.Future] = {}
+        self.qpus: dict[str, SimulatedQPU] = {}
+
+    # ------------------------------------------------------------------ transitions
+    def move(self, job: JobRecord, target: JobState, cause: str = "") -> None:
+        job.transition(target, cause)
+        self.store.save_job(job)
+        self.emit(job, cause)
+
+    def _persist(self, jobs: list[JobRecord], cause: str) -> None:
+        for job in jobs:
+            self.store.save_job(job)
+            self.emit(job, cause)
+
+    def _release(self, jobs: list[JobRecord]) -> None:
+        """Wake the QPU-job tasks of cancelled jobs so that the steps waiting on them end too."""
+        for job in jobs:
+            fut = self.qpu_waits.pop(job.id, None)
+            if fut is not None and not fut.done():
+                fut.cancel()
+
+    # ------------------------------------------------------------------ workflows
+    def adopt(
+        self,
+        run: WorkflowRun,
+        inputs: dict[str, bytes],
+        options: dict[str, Any],
+        done: dict[int, tuple[dict[str, bytes], str]] | None = None,
+    ) -> None:
+        self.runs[run.id] = run
+        self.inputs[run.id] = inputs
+        self.options[run.id] = options
+        self.step_results[run.id] = dict(done or {})
+        run.start()
+        self.store.update_workflow(run)
+        if not run.steps:
+            self._finish(run)
+        self._advance(run)
+
+    def recover(self) -> None:
+        """Pick up every workflow a previous orchestrator accepted and did not finish."""
+        for workflow_id in self.store.unfinished_workflow_ids():
+            run = self.store.load_run(workflow_id)
+            if run is None:
+                continue
+            saved = self.store.step_outputs(workflow_id)
+            for sid, job in run.steps.items():
+                if job.state is JobState.DONE and sid in saved:
+                    continue
+                if job.state.final:
+                    job.state = JobState.RUNNING  # its outputs were lost: run it again
+                if job.state is not JobState.PENDING:
+                    self.move(job, JobState.PENDING, "requeued after an orchestrator restart")
+            for job in run.qpu_jobs.values():
+                if not job.state.final:
+                    job.error = "orchestrator restarted; the step runs again"
+                    self.move(job, JobState.FAILED, job.error)
+            done = {
+                sid: saved[sid]
+                for sid, j in run.steps.items()
+                if j.state is JobState.DONE and sid in saved
+            }
+            row = self.store.workflow_row(workflow_id) or {}
+            log.info("recovering workflow %s (%d steps done)", workflow_id, len(done))
+            self.adopt(run, self.store.workflow_inputs(workflow_id), row.get("options", {}), done)
+
+    def _advance(self, run: WorkflowRun) -> None:
+        for sid in run.ready_steps():
+            lane = "classical" if run.steps[sid].kind == "classical" else "quantum"
+            self.move(run.steps[sid], JobState.QUEUED, f"waiting for a {lane} worker slot")
+            self.step_queue[lane].append((run.id, sid))
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        # Quantum and hybrid steps mostly wait on QPUs, so they get their own slots: a notebook
+        # full of waiting quantum steps never starves classical work.
+        for lane, queue in self.step_queue.items():
+            while queue and self.slots[lane] > 0:
+                workflow_id, sid = queue.pop(0)
+                run = self.runs.get(workflow_id)
+                if run is None or run.steps[sid].state is not JobState.QUEUED:
+                    continue
+                self.slots[lane] -= 1
+                self.ex.spawn(self._run_step(run, sid, lane))
+
+    def _step_spec(self, run: WorkflowRun, sid: int) -> StepSpec:
+        step = next(s for s in run.graph["steps"] if s["id"] == sid)
+        inputs: dict[str, bytes] = {}
+        results = self.step_results[run.id]
+        for name, producer in step["producers"].items():
+            source = (
+                self.inputs[run.id] if producer is None else results.get(int(producer), ({}, ""))[0]
+            )
+            if name in source:
+                inputs[name] = source[name]
+        return StepSpec(
+            workflow_id=run.id,
+            step_id=sid,
+            kind=step["kind"],
+            code=step["source"],
+            lineno=step["lineno"],
+            cell_source=run.graph.get("source", ""),
+            inputs=inputs,
+            writes=list(step["writes"]),
+            shots=int(self.options[run.id].get("shots", DEFAULT_SHOTS)),
+        )
+
+    async def _run_step(self, run: WorkflowRun, sid: int, lane: str) -> None:
+        job = run.steps[sid]
+        try:
+            spec = self._step_spec(run, sid)
+            self.move(job, JobState.RUNNING, f"{lane} worker")
+            outcome = await self.ex.run_step(spec)
+        except Exception as exc:  # a broken pool or an unpicklable spec: the step fails
+            log.exception("step %s of %s could not run", sid, run.id)
+            outcome = StepOutcome(
+                False, error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__
+            )
+        finally:
+            self.slots[lane] += 1
+            self._dispatch()
+        if run.state.final:
+            return  # cancelled or failed while it ran: drop what it produced
+        if outcome.ok:
+            self.step_results[run.id][sid] = (outcome.outputs, outcome.stdout)
+            self.store.save_step_outputs(run.id, sid, outcome.outputs, outcome.stdout)
+            finished = run.step_done(sid)
+            self._persist([job], "step returned")
+            if finished:
+                self._finish(run)
+            else:
+                self._advance(run)
+        else:
+            self.step_results[run.id][sid] = ({}, outcome.stdout)
+            cancelled = run.step_failed(sid, outcome.error or "step failed")
+            self._persist([job], outcome.error_type or "failed")
+            self._persist(cancelled, "an earlier step failed")
+            self._release(cancelled)
+            self.store.update_workflow(run)
+            self._wake(run.id)
+
+    def _finish(self, run: WorkflowRun) -> None:
+        results = self.step_results[run.id]
+        outputs: dict[str, bytes] = {}
+        for name, sid in run.graph["outputs"].items():
+            values = results.get(int(sid), ({}, ""))[0]
+            if name in values:
+                outputs[name] = values[name]
+        stdout = "".join(results.get(s["id"], ({}, ""))[1] for s in run.graph["steps"])
+        run.state = WorkflowState.DONE
+        run.finished_at = run.finished_at or time.time()
+        self.store.save_outputs(run.id, outputs, stdout)
+        self.store.update_workflow(run)
+        self._wake(run.id)
+
+    def _wake(self, workflow_id: str) -> None:
+        for fut in self.waiters.pop(workflow_id, []):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait_final(self, run: WorkflowRun, timeout: float) -> None:
+        if run.state.final or timeout <= 0:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters.setdefault(run.id, []).append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout=timeout)
+        except asyncio.TimeoutError:
+            pass
+
+    def run_for(self, workflow_id: str) -> WorkflowRun:
+        run = self.runs.get(workflow_id) or self.store.load_run(workflow_id)
+        if run is None:
+            raise UserError(f"no workflow {workflow_id!r}; list them with list_workflows()")
+        return run
+
+    def workflow_reply(self, run: WorkflowRun, with_outputs: bool) -> P.WorkflowReply:
+        row = self.store.workflow_row(run.id) or {}
+        reply = P.WorkflowReply(
+            workflow_id=run.id,
+            state=run.state.value,
+            steps=run.step_summaries(),
+            error=run.error,
+            info={
+                "image_id": run.image_id,
+                "name": row.get("name"),
+                "created_at": run.created_at,
+                "finished_at": run.finished_at,
+                "options": row.get("options", {}),
+            },
+        )
+        if run.state is WorkflowState.DONE:
+            reply.stdout = row.get("stdout") or ""
+            if with_outputs:
+                reply.outputs = self.store.workflow_outputs(run.id) or {}
+        elif run.state.final:
+            partial = self.step_results.get(run.id, {})
+            reply.stdout = "".join(v[1] for _, v in sorted(partial.items()))
+        return reply
+
+    def cancel(self, workflow_id: str) -> tuple[WorkflowRun, list[JobRecord]]:
+        run = self.run_for(workflow_id)
+        if run.id not in self.runs:
+            return run, []  # finished before this orchestrator started: nothing is live
+        cancelled = run.cancel()
+        self._persist(cancelled, "workflow cancelled")
+        self._release(cancelled)
+        self.store.update_workflow(run)
+        self._wake(run.id)
+        return run, cancelled
+
+    # ------------------------------------------------------------------ quantum jobs
+    def eligible_qpus(self, options: dict[str, Any], width: int) -> list[SimulatedQPU]:
+        """QPUs that satisfy the deployment config and fit the circuit; a clear error if none."""
+        req = options.get("qpu", {})
+        qpus = [q for q in self.qpus.values() if q.online]
+        if req.get("backends"):
+            unknown = [b for b in req["backends"] if b not in self.qpus]
+            if unknown:
+                raise UserError(f"unknown backends {unknown}; the fleet has {sorted(self.qpus)}")
+            qpus = [q for q in qpus if q.name in req["backends"]]
+        if req.get("families"):
+            qpus = [q for q in qpus if q.family in req["families"]]
+        low = max(width, int(req.get("min_qubits", 0)))
+        high = int(req.get("max_qubits", 10**9))
+        fitting = [q for q in qpus if low <= q.num_qubits <= high]
+        if fitting:
+            return fitting
+        sizes = ", ".join(f"{q.name} ({q.num_qubits})" for q in self.qpus.values())
+        largest = max((q.num_qubits for q in self.qpus.values()), default=0)
+        if width > largest:
+            raise CircuitTooWide(
+                f"the circuit needs {width} qubits but the largest QPU has "
+                f"{largest}; fleet: {sizes}. Reduce the circuit's width "
+                "(or cut it)."
+            )
+        raise UserError(
+            f"no QPU satisfies the configuration {req} for a {width}-qubit circuit; fleet: {sizes}"
+        )
+
+    def submit_sample(self, msg: P.Sample, identity: bytes, rid: str) -> None:
+        """A step called sample(): create its QPU job; the worker gets the reply when it is done."""
+        run = self.runs.get(msg.workflow_id)
+        if run is None or run.state.final:
+            raise UserError(f"workflow {msg.workflow_id} is no longer running")
+        if msg.step_id not in run.steps:
+            raise UserError(f"workflow {msg.workflow_id} has no step {msg.step_id}")
+        index = sum(1 for j in run.qpu_jobs.values() if j.step_id == msg.step_id)
+        job = JobRecord(
+            id=new_id("qj"),
+            workflow_id=run.id,
+            kind="qpu",
+            step_id=msg.step_id,
+            shots=msg.shots,
+            parent=run.steps[msg.step_id].id,
+        )
+        run.qpu_jobs[job.id] = job
+        self.store.save_job(job)
+        self.ex.spawn(self._run_qpu_job(run, job, msg, identity, rid, index))
+
+    async def _run_qpu_job(
+        self, run: WorkflowRun, job: JobRecord, msg: P.Sample, identity: bytes, rid: str, index: int
+    ) -> None:
+        options = self.options[run.id]
+        try:
+            self.move(job, JobState.ESTIMATING)
+            pinned = self.sessions.get((run.id, msg.step_id))
+            qpus = [self.qpus[pinned]] if pinned else self.eligible_qpus(options, msg.num_qubits)
+            estimates = await asyncio.gather(
+                *[self.ex.estimate(msg.circuits, q.name) for q in qpus]
+            )
+            by_name = {e.device: e for e in estimates}
+            candidates = [
+                Candidate(q.name, by_name[q.name].fidelity, q.expected_wait_s()) for q in qpus
+            ]
+            policy = options.get("placement", self.placement)
+            chosen = place(candidates, policy, options.get("priority", "balanced"))
+            est = by_name[chosen.qpu]
+            job.qpu, job.est_fidelity, job.est_duration_s = chosen.qpu, est.fidelity, est.duration_s
+            job.num_circuits = est.num_circuits
+            if run.steps[msg.step_id].kind == "hybrid":
+                self.sessions[(run.id, msg.step_id)] = chosen.qpu  # pin the loop to one QPU
+            if run.state.final:
+                raise asyncio.CancelledError
+            done = asyncio.get_running_loop().create_future()
+            self.qpu_waits[job.id] = done
+            self.move(
+                job,
+                JobState.QUEUED,
+                f"on {chosen.qpu} (estimated fidelity {est.fidelity:.3f}, "
+                f"{len(candidates)} candidates, policy {policy})",
+            )
+            await self.qpus[chosen.qpu].queue.put(
+                QueuedJob(job, est.transpiled, msg.shots, self._seed(run, job, index), done)
+            )
+            result = await done
+            self.qpu_waits.pop(job.id, None)
+            self.move(job, JobState.DONE, "results returned to the step")
+            await self.reply(identity, rid, P.SampleReply(results=result, qpu=chosen.qpu))
+        except asyncio.CancelledError:
+            if not job.state.final:
+                self.move(job, JobState.CANCELLED, "workflow cancelled")
+            self.qpu_waits.pop(job.id, None)
+            await self.reply(
+                identity,
+                rid,
+                P.ErrorReply(type="WorkflowCancelled", message="the workflow was cancelled"),
+            )
+        except Exception as exc:
+            job.error = f"{type(exc).__name__}: {exc}"
+            if not job.state.final:
+                self.move(job, JobState.FAILED, job.error)
+            await self.reply(identity, rid, P.ErrorReply(type=type(exc).__name__, message=str(exc)))
+
+    def _seed(self, run: WorkflowRun, job: JobRecord, index: int) -> int | None:
+        """Per-job simulator seed derived from the workflow's --seed: reproducible runs."""
+        base = self.options[run.id].get("seed")
+        if base is None:
+            return None
+        return (int(base) * 1_000_003 + (job.step_id or 0) * 1009 + index) % (2**31)
+
+    def qpu_job_started(self, job: JobRecord) -> None:
+        self.move(job, JobState.RUNNING, f"executing on {job.qpu}")
