@@ -43,6 +43,7 @@ def main() -> int:
     os.environ["QONDUCTOR_FLEET"] = args.fleet
 
     from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
 
     from qonductor_jupyter import api
     from qonductor_jupyter.client import start_server, stop_server
@@ -56,7 +57,8 @@ def main() -> int:
 
     def qonductor_run() -> tuple[float, dict]:
         t = time.perf_counter()
-        result = shell.run_cell(f"%%qonductor --shots {args.shots}\n{cell}", silent=True)
+        with capture_output():  # the per-cell report would drown the table
+            result = shell.run_cell(f"%%qonductor --shots {args.shots}\n{cell}", silent=True)
         elapsed = time.perf_counter() - t
         if result.error_in_exec is not None:
             raise SystemExit(f"qonductor run failed: {result.error_in_exec}")
