@@ -49,13 +49,7 @@ class QonductorMagics(Magics):
         args = parse_argstring(self.qonductor_cell, line)
         if args.shots is not None and args.shots < 1:
             raise UsageError(f"--shots must be positive, got {args.shots}")
-        source = self.shell.transform_cell(cell)
-        try:
-            self._run(args, source, cell)
-        except QonductorError:
-            raise
-        except KeyboardInterrupt:
-            raise
+        self._run(args, self.shell.transform_cell(cell), cell)
 
     def _run(self, args: Any, source: str, raw_cell: str) -> None:
         from .splitter import CellSyntaxError, split_cell
@@ -88,7 +82,16 @@ class QonductorMagics(Magics):
             seed=args.seed,
             placement=args.placement,
         )
-        reply, outputs = api.collect(workflow_id, ns, timeout=args.timeout)
+        try:
+            reply, outputs = api.collect(workflow_id, ns, timeout=args.timeout)
+        except (KeyboardInterrupt, TimeoutError) as exc:
+            # The workflow is safe on the orchestrator; tell the user how to get at it.
+            why = "Interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
+            raise QonductorError(
+                f"{why}. Workflow {workflow_id} goes on running on the orchestrator: get its "
+                f"values with qonductor_jupyter.workflow_results({workflow_id!r}) or stop it "
+                f"with %qonductor cancel {workflow_id}"
+            ) from None
         if reply.stdout:
             sys.stdout.write(reply.stdout)
         display(WorkflowReport.from_reply(reply, sorted(outputs)))

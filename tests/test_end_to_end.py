@@ -285,3 +285,37 @@ def test_one_orchestrator_is_shared_by_every_kernel(orchestrator):
     from qonductor_jupyter.client import server_status
 
     assert pids == {server_status()["pid"]}
+
+
+def test_estimate_primitive_gives_expectation_values(shell):
+    cell = textwrap.dedent("""
+        from qiskit import QuantumCircuit
+        bell = QuantumCircuit(2)
+        bell.h(0)
+        bell.cx(0, 1)
+        zz, xx = estimate(bell, ["ZZ", "XX"], shots=2000)
+    """)
+    assert run(shell, cell, "--seed 5").error_in_exec is None
+    assert shell.user_ns["zz"] > 0.8 and shell.user_ns["xx"] > 0.8
+
+
+def test_timeout_keeps_the_workflow_and_says_how_to_get_it(shell):
+    cell = "import time\ntime.sleep(3)\nfrom qiskit import QuantumCircuit\nq = QuantumCircuit(1)\n" \
+           "q.measure_all()\nc = sample(q, shots=5)\n"
+    result = run(shell, cell, "--timeout 0.5")
+    err = result.error_in_exec
+    assert isinstance(err, QonductorError) and "workflow_results" in str(err)
+    wid = str(err).split("Workflow ")[1].split()[0]
+    assert qj.workflow_results(wid, timeout=60)["c"] == {"0": 5}
+
+
+def test_line_magic_server_status_and_lists(shell, capsys):
+    shell.run_line_magic("qonductor", "server status")
+    assert "orchestrator running" in capsys.readouterr().out
+    devices = shell.run_line_magic("qonductor", "fleet")
+    assert {"name", "num_qubits", "family", "queue_length"} <= set(devices[0])
+    assert isinstance(shell.run_line_magic("qonductor", "workflows"), list)
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError):
+        shell.run_line_magic("qonductor", "frobnicate")

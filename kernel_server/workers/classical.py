@@ -165,9 +165,9 @@ def make_primitives(workflow_id: str, step_id: int, default_shots: int) -> dict[
         obs_list = [observables] if single else observables
         values = []
         for obs in obs_list:
-            groups = measurement_circuits(circuit, obs)
-            counts = sample([g[0] for g in groups], shots=shots)
-            values.append(expectation_from_counts(obs, groups, counts))
+            pairs = measurement_circuits(circuit, obs)
+            counts = sample([c for c, _ in pairs], shots=shots)
+            values.append(expectation_from_counts(obs, [g for _, g in pairs], counts))
         return values[0] if single else values
 
     return {"sample": sample, "estimate": estimate}
