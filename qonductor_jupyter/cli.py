@@ -81,8 +81,10 @@ def demo(notebook: str = "01_quickstart.ipynb", timeout: int = 600) -> int:
             continue
         print(f"\n--- cell {i}: {cell.source.splitlines()[0] if cell.source else ''}")
         print("".join(texts).rstrip())
-    print(f"\nNotebook ran in {elapsed:.1f} s. The orchestrator keeps running for the next "
-          "notebook; stop it with `qonductor server stop`.")
+    print(
+        f"\nNotebook ran in {elapsed:.1f} s. The orchestrator keeps running for the next "
+        "notebook; stop it with `qonductor server stop`."
+    )
     return 0
 
 

@@ -299,9 +299,7 @@ class WorkflowGraph:
 
 def _user_names(step: Step) -> tuple[str, ...]:
     """A step's reads without builtins and primitives (they come from no step): less noise."""
-    return tuple(
-        n for n in step.reads if step.producers.get(n) is not None or n not in _NOT_INPUTS
-    )
+    return tuple(n for n in step.reads if step.producers.get(n) is not None or n not in _NOT_INPUTS)
 
 
 def _names(names: tuple[str, ...]) -> str:

@@ -278,10 +278,14 @@ def test_one_orchestrator_is_shared_by_every_kernel(orchestrator):
     import subprocess
     import sys
 
-    code = ("import json; from qonductor_jupyter.client import start_server, server_status;"
-            "start_server(); print(json.dumps(server_status()['pid']))")
-    pids = {json.loads(subprocess.check_output([sys.executable, "-c", code], timeout=60))
-            for _ in range(2)}
+    code = (
+        "import json; from qonductor_jupyter.client import start_server, server_status;"
+        "start_server(); print(json.dumps(server_status()['pid']))"
+    )
+    pids = {
+        json.loads(subprocess.check_output([sys.executable, "-c", code], timeout=60))
+        for _ in range(2)
+    }
     from qonductor_jupyter.client import server_status
 
     assert pids == {server_status()["pid"]}
@@ -300,8 +304,10 @@ def test_estimate_primitive_gives_expectation_values(shell):
 
 
 def test_timeout_keeps_the_workflow_and_says_how_to_get_it(shell):
-    cell = "import time\ntime.sleep(3)\nfrom qiskit import QuantumCircuit\nq = QuantumCircuit(1)\n" \
-           "q.measure_all()\nc = sample(q, shots=5)\n"
+    cell = (
+        "import time\ntime.sleep(3)\nfrom qiskit import QuantumCircuit\nq = QuantumCircuit(1)\n"
+        "q.measure_all()\nc = sample(q, shots=5)\n"
+    )
     result = run(shell, cell, "--timeout 0.5")
     err = result.error_in_exec
     assert isinstance(err, QonductorError) and "workflow_results" in str(err)
