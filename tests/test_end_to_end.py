@@ -325,3 +325,44 @@ def test_line_magic_server_status_and_lists(shell, capsys):
 
     with pytest.raises(UsageError):
         shell.run_line_magic("qonductor", "frobnicate")
+
+
+def test_deployment_config_restricts_the_qpus(shell):
+    shell.user_ns["cfg"] = {"qpu": {"min_qubits": 30}}
+    cell = (
+        "from qiskit import QuantumCircuit\nq = QuantumCircuit(2)\nq.h(0)\nq.cx(0, 1)\n"
+        "q.measure_all()\nc = sample(q, shots=50)\n"
+    )
+    assert run(shell, cell, "--config cfg").error_in_exec is None
+    from qonductor_jupyter.api import workflow_info
+
+    steps = workflow_info(qj.list_workflows(limit=1)[0]["id"]).steps
+    qpus = {j["qpu"] for s in steps for j in s["qpu_jobs"]}
+    big = {d["name"] for d in qj.fleet() if d["num_qubits"] >= 30}
+    assert qpus and qpus <= big
+    shell.user_ns["cfg"] = {"qpu": {"min_qubits": 5000}}
+    err = run(shell, cell, "--config cfg").error_in_exec
+    assert isinstance(err, QonductorError) and "no QPU satisfies" in str(err)
+    shell.user_ns["cfg"] = {"qpu": {"min_qbits": 3}}
+    err = run(shell, cell, "--config cfg").error_in_exec
+    assert isinstance(err, QonductorError) and "unknown option" in str(err)
+
+
+def test_badly_signed_messages_are_dropped_and_counted(orchestrator):
+    import zmq
+
+    from kernel_server import protocol as P
+    from qonductor_jupyter.client import read_connection
+
+    before = qj.api._request(P.GetFleet()).data["dropped_messages"]
+    info = read_connection()
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(info.router)
+    sock.send_multipart(P.encode(P.Shutdown(), P.Signer(b"not the key")))
+    sock.send_multipart([b"just one frame"])
+    assert not sock.poll(500)  # no reply, and above all no shutdown
+    sock.close()
+    after = qj.api._request(P.GetFleet()).data["dropped_messages"]
+    assert after == before + 2
+    assert qj.list_workflows() is not None
