@@ -234,7 +234,9 @@ class Orchestrator:
             self.qpu_pool, qpu.estimate_on_device, circuits, device, 0
         )
 
-    async def _execute(self, device: str, transpiled: bytes, shots: int, seed: int | None) -> bytes:
+    async def _execute(
+        self, device: str, transpiled: bytes, shots: int, seed: int | None
+    ) -> qpu.Execution:
         return await self.loop.run_in_executor(
             self.qpu_pool, qpu.execute_on_device, device, transpiled, shots, seed
         )

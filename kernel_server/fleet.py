@@ -71,7 +71,7 @@ class SimulatedQPU:
         }
 
 
-Executor = Callable[[str, bytes, int, int | None], Awaitable[bytes]]
+Executor = Callable[[str, bytes, int, int | None], Awaitable[Any]]
 OnStart = Callable[[JobRecord], None]
 
 

@@ -108,6 +108,7 @@ class JobRecord:
     finished_at: float | None = None
     error: str | None = None
     parent: str | None = None
+    method: str | None = None  # how a QPU job was executed (simulation method, or a real backend)
     history: list[Transition] = field(default_factory=list)
 
     def transition(self, target: JobState, cause: str = "", now: float | None = None) -> Transition:
@@ -159,6 +160,7 @@ class JobRecord:
             "run_s": self.run_seconds,
             "error": self.error,
             "parent": self.parent,
+            "method": self.method,
         }
 
 

@@ -365,10 +365,11 @@ class JobManager:
             await self.qpus[chosen.qpu].queue.put(
                 QueuedJob(job, est.transpiled, msg.shots, self._seed(run, job, index), done)
             )
-            result = await done
+            execution = await done
             self.qpu_waits.pop(job.id, None)
-            self.move(job, JobState.DONE, "results returned to the step")
-            await self.reply(identity, rid, P.SampleReply(results=result, qpu=chosen.qpu))
+            job.method = ",".join(sorted(set(execution.methods)))
+            self.move(job, JobState.DONE, f"simulated with {job.method}")
+            await self.reply(identity, rid, P.SampleReply(results=execution.counts, qpu=chosen.qpu))
         except asyncio.CancelledError:
             if not job.state.final:
                 self.move(job, JobState.CANCELLED, "workflow cancelled")

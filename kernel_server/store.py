@@ -31,7 +31,7 @@ CREATE TABLE IF NOT EXISTS workflows (
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, workflow_id TEXT, step_id INTEGER, kind TEXT, state TEXT, qpu TEXT,
     est_fidelity REAL, est_duration_s REAL, shots INTEGER, num_circuits INTEGER, parent TEXT,
-    created_at REAL, queued_at REAL, started_at REAL, finished_at REAL, error TEXT);
+    created_at REAL, queued_at REAL, started_at REAL, finished_at REAL, error TEXT, method TEXT);
 CREATE INDEX IF NOT EXISTS jobs_by_workflow ON jobs (workflow_id);
 CREATE TABLE IF NOT EXISTS step_outputs (
     workflow_id TEXT, step_id INTEGER, outputs BLOB, stdout TEXT,
@@ -58,6 +58,7 @@ _JOB_COLUMNS = (
     "started_at",
     "finished_at",
     "error",
+    "method",
 )
 
 
@@ -226,24 +227,7 @@ class Store:
 
     @staticmethod
     def _job_row(job: JobRecord) -> tuple:
-        return (
-            job.id,
-            job.workflow_id,
-            job.step_id,
-            job.kind,
-            job.state.value,
-            job.qpu,
-            job.est_fidelity,
-            job.est_duration_s,
-            job.shots,
-            job.num_circuits,
-            job.parent,
-            job.created_at,
-            job.queued_at,
-            job.started_at,
-            job.finished_at,
-            job.error,
-        )
+        return tuple(job.state.value if c == "state" else getattr(job, c) for c in _JOB_COLUMNS)
 
     def save_job(self, job: JobRecord) -> None:
         self._exec(self._job_upsert_sql(), self._job_row(job))

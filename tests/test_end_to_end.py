@@ -366,3 +366,24 @@ def test_badly_signed_messages_are_dropped_and_counted(orchestrator):
     after = qj.api._request(P.GetFleet()).data["dropped_messages"]
     assert after == before + 2
     assert qj.list_workflows() is not None
+
+
+def test_circuits_with_mid_circuit_measurement_run_on_aer(shell):
+    cell = textwrap.dedent("""
+        from qiskit import QuantumCircuit
+        qc = QuantumCircuit(2, 3)
+        qc.x(0)
+        qc.measure(0, 0)  # mid-circuit: 1
+        qc.reset(0)
+        qc.x(1)
+        qc.cx(1, 0)  # q0 was reset to 0, the CX flips it back to 1
+        qc.measure([0, 1], [1, 2])
+        counts = sample(qc, shots=200)
+    """)
+    assert run(shell, cell, "--seed 1").error_in_exec is None
+    assert max(shell.user_ns["counts"], key=shell.user_ns["counts"].get) == "111"
+    from qonductor_jupyter.api import workflow_info
+
+    steps = workflow_info(qj.list_workflows(limit=1)[0]["id"]).steps
+    methods = {j["method"] for s in steps for j in s["qpu_jobs"]}
+    assert methods and all(m.startswith(("density_matrix", "statevector")) for m in methods)

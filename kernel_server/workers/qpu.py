@@ -48,18 +48,30 @@ def estimate_on_device(circuits_blob: bytes, device: str, seed: int = 0) -> Devi
     )
 
 
-def execute_on_device(device: str, transpiled_blob: bytes, shots: int, seed: int | None) -> bytes:
-    """Run the transpiled circuits with the device's noise; cloudpickled list of counts dicts."""
-    from kernel_server.workers.aer_sim import run_noisy
+@dataclass
+class Execution:
+    """What a QPU job returns: the counts (cloudpickled list, one dict per circuit) and how each
+    circuit was simulated."""
+
+    counts: bytes
+    methods: list[str]
+
+
+def execute_on_device(
+    device: str, transpiled_blob: bytes, shots: int, seed: int | None
+) -> Execution:
+    """Run the transpiled circuits with the device's noise."""
+    from kernel_server.workers.aer_sim import run_noisy_detailed
     from kernel_server.workers.devices import load_backend
 
     backend = load_backend(device)
     circuits = cloudpickle.loads(transpiled_blob)
-    results = []
+    results, methods = [], []
     for i, circuit in enumerate(circuits):
-        counts = run_noisy(backend, circuit, shots, seed=None if seed is None else seed + i)
-        results.append(dict(sorted(counts.items())))
-    return cloudpickle.dumps(results)
+        run = run_noisy_detailed(backend, circuit, shots, seed=None if seed is None else seed + i)
+        results.append(dict(sorted(run.counts.items())))
+        methods.append(run.method)
+    return Execution(cloudpickle.dumps(results), methods)
 
 
 def warm_up(devices: list[str]) -> int:
