@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import inspect
 import time
-import types
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import cloudpickle
 
 from kernel_server import protocol as P
+from kernel_server.cell_functions import rebind_cell_functions
 
 from .client import get_client
 from .errors import (
@@ -26,7 +26,6 @@ from .errors import (
 )
 from .splitter import WorkflowGraph, split_cell
 
-CELL_MODULE = "__qonductor_cell__"
 # Names that only make sense inside the IPython process; shipping them would drag the shell along.
 KERNEL_ONLY_NAMES = frozenset({"get_ipython", "exit", "quit", "In", "Out", "_ih", "_oh", "_dh"})
 
@@ -143,16 +142,14 @@ def pickle_inputs(inputs: dict[str, Any]) -> dict[str, bytes]:
 
 def invoke(image_id: str, inputs: dict[str, Any] | None = None, **options: Any) -> str:
     """Start a run of a deployed image; returns the workflow id at once."""
-    blobs = pickle_inputs(inputs or {})
+    return _invoke(image_id, pickle_inputs(inputs or {}), options)
+
+
+def _invoke(image_id: str, blobs: dict[str, bytes], options: dict[str, Any]) -> str:
+    # The client picks the id, so a request resent to a restarted orchestrator is not a new run.
     workflow_id = "wf-" + uuid.uuid4().hex[:12]
-    _request(
-        P.Invoke(
-            image_id=image_id,
-            workflow_id=workflow_id,
-            inputs=blobs,
-            options={k: v for k, v in options.items() if v is not None},
-        )
-    )
+    options = {k: v for k, v in options.items() if v is not None}
+    _request(P.Invoke(image_id=image_id, workflow_id=workflow_id, inputs=blobs, options=options))
     return workflow_id
 
 
@@ -258,19 +255,6 @@ def check_circuit_widths(values: dict[str, Any]) -> None:
         )
 
 
-def rebind_cell_functions(outputs: dict[str, Any], namespace: dict[str, Any]) -> None:
-    """Functions the cell defined look their globals up in the notebook, as if defined there."""
-    for name, value in outputs.items():
-        if isinstance(value, types.FunctionType) and value.__module__ == CELL_MODULE:
-            fn = types.FunctionType(
-                value.__code__, namespace, value.__name__, value.__defaults__, value.__closure__
-            )
-            fn.__kwdefaults__ = value.__kwdefaults__
-            fn.__qualname__ = value.__qualname__
-            fn.__doc__ = value.__doc__
-            outputs[name] = fn
-
-
 def submit_cell(
     source: str,
     namespace: dict[str, Any],
@@ -285,16 +269,7 @@ def submit_cell(
     check_circuit_widths(values)
     image_id = create_workflow(source, config, name)
     deploy(image_id)
-    workflow_id = "wf-" + uuid.uuid4().hex[:12]
-    _request(
-        P.Invoke(
-            image_id=image_id,
-            workflow_id=workflow_id,
-            inputs=blobs,
-            options={k: v for k, v in options.items() if v is not None},
-        )
-    )
-    return workflow_id, graph
+    return _invoke(image_id, blobs, options), graph
 
 
 def collect(

@@ -14,16 +14,14 @@ import io
 import linecache
 import os
 import traceback
-import types
 from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle
 
+from kernel_server.cell_functions import CELL_MODULE, rebind_cell_functions
+
 CELL_FILENAME = "<qonductor cell>"
-# Functions defined in a cell get this as __module__: not importable, so cloudpickle sends them by
-# value, and we can recognise them to rebind their globals (see _rebind_cell_functions).
-CELL_MODULE = "__qonductor_cell__"
 
 _link: Any = None  # this process's connection back to the orchestrator (WorkerLink)
 _link_config: tuple[str, str] | None = None
@@ -173,25 +171,6 @@ def make_primitives(workflow_id: str, step_id: int, default_shots: int) -> dict[
     return {"sample": sample, "estimate": estimate}
 
 
-def _rebind_cell_functions(ns: dict[str, Any]) -> None:
-    """Give functions defined earlier in the cell this step's namespace as their globals.
-
-    In a notebook, a function defined in a cell looks its globals up when it is called. Sent to
-    another process by value, it would keep a frozen copy instead; rebinding restores notebook
-    semantics (the splitter made sure the names it uses are inputs of this step).
-    """
-    for name, value in list(ns.items()):
-        if isinstance(value, types.FunctionType) and value.__module__ == CELL_MODULE:
-            fn = types.FunctionType(
-                value.__code__, ns, value.__name__, value.__defaults__, value.__closure__
-            )
-            fn.__kwdefaults__ = value.__kwdefaults__
-            fn.__qualname__ = value.__qualname__
-            fn.__doc__ = value.__doc__
-            fn.__dict__.update(value.__dict__)
-            ns[name] = fn
-
-
 def _user_traceback(exc: BaseException) -> str:
     """The traceback from the cell's first frame on: our own frames are noise to the user."""
     tb = exc.__traceback__
@@ -217,7 +196,8 @@ def run_step(spec: StepSpec) -> StepOutcome:
             error_type=type(exc).__name__,
             pid=os.getpid(),
         )
-    _rebind_cell_functions(ns)
+    # The splitter made sure the names these functions use are inputs of this step.
+    rebind_cell_functions(ns, ns)
     if spec.kind != "classical" or "sample" not in ns:
         ns.update(make_primitives(spec.workflow_id, spec.step_id, spec.shots))
     # Pad so that line numbers in tracebacks are the cell's own.
