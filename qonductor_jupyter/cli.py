@@ -96,11 +96,18 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("server", help="start, stop or inspect the background orchestrator")
     s.add_argument("action", choices=("start", "stop", "status"))
     s.add_argument("--fleet", default=None, help="'default', 'small' or fake backend names")
+    t = sub.add_parser("train", help="train a model shipped with the package")
+    t.add_argument("model", choices=("runtime",), help="which model")
+    t.add_argument("rest", nargs=argparse.REMAINDER, help="options of the trainer (--data, --out)")
     sub.add_parser("fleet", help="list the QPUs of the running orchestrator")
     sub.add_parser("workflows", help="list recent workflows")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo(args.notebook)
+    if args.command == "train":
+        from kernel_server.estimator import runtime
+
+        return runtime.main(args.rest)
     if args.command == "server":
         print(server_command(args.action, args.fleet))
         return 0
