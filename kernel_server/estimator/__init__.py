@@ -1,0 +1,27 @@
+"""Resource estimator: numerical baseline, template QPUs, learned runtime model, prices, Pareto.
+
+Submodules are imported on first use so that the orchestrator's start-up stays quick.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_EXPORTS = {
+    "RuntimeModel": "runtime",
+    "ModelFileError": "runtime",
+    "NumericalEstimator": "numerical",
+    "TemplateQPU": "templates",
+    "TemplateRegistry": "templates",
+    "PriceTable": "prices",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        from importlib import import_module
+
+        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
