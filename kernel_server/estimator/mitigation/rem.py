@@ -1,0 +1,206 @@
+"""Readout error mitigation: per-clbit (tensored) confusion matrices from two calibration circuits.
+
+Our own numpy implementation rather than mitiq's ``rem``: mitiq builds the dense 2^n x 2^n
+inverse confusion matrix and ``mitigate_measurements`` resamples bitstrings from the corrected
+distribution, adding shot noise back. Here the 2 x 2 inverses are applied axis by axis to the
+distribution (O(n 2^n)), and the result is projected onto the nearest probability distribution
+(Smolin, Gambetta, Smith, PRL 108, 070502) unless ``project`` is off, which keeps the unbiased
+quasi-probabilities (some negative).
+
+Calibration: one circuit measuring every measured qubit in |0>, one after an X on each; both use
+the circuit's own (qubit, clbit) measurement pairs, so they must run on the same physical qubits
+as the circuit (``same_qubits``). The tensored model is exact for independent per-qubit readout
+errors, which is what the simulated devices have (one ``ReadoutError`` per measured qubit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+from qiskit import QuantumCircuit
+from qiskit.circuit import ControlFlowOp, Measure
+
+from kernel_server.estimator.mitigation.base import (
+    DISTRIBUTION,
+    Constructed,
+    Counts,
+    MitigationTechnique,
+    Overhead,
+    register,
+)
+
+# Widest measured register corrected as a dense vector: 2^20 floats (8 MB) per distribution.
+MAX_MEASURED_CLBITS = 20
+
+# classical_seconds model: building the calibration circuits and counting marginals is linear in
+# the distinct outcomes, the correction in 2^bits x bits. Measured on this 2-core machine at 4000
+# shots: construction 0.3-0.5 ms, combination 0.7 ms for 4 measured bits, 1.8 ms for 8, 5.7 ms
+# for 10. 1 ms + 0.5 us per basis state x bit.
+_SECONDS_FIXED = 1e-3
+_SECONDS_PER_STATE_BIT = 5e-7
+
+
+def nearest_probability_distribution(quasi: np.ndarray) -> np.ndarray:
+    """The probability vector closest in 2-norm to ``quasi`` (which sums to 1).
+
+    Smolin-Gambetta-Smith: walk up from the most negative entry, zeroing entries and spreading
+    their (negative) mass evenly over the rest while that keeps the next entry non-negative.
+    """
+    n = quasi.size
+    order = np.argsort(quasi)
+    result = quasi.astype(float).copy()
+    accumulator = 0.0
+    i = 0
+    while i < n and result[order[i]] + accumulator / (n - i) < 0:
+        accumulator += result[order[i]]
+        result[order[i]] = 0.0
+        i += 1
+    if i < n:
+        result[order[i:]] += accumulator / (n - i)
+    return result
+
+
+def _measurements(circuit: QuantumCircuit) -> list[tuple[int, int]]:
+    if any(isinstance(ci.operation, ControlFlowOp) for ci in circuit.data):
+        raise ValueError("rem: control flow is not supported")
+    pairs = [
+        (circuit.find_bit(ci.qubits[0]).index, circuit.find_bit(ci.clbits[0]).index)
+        for ci in circuit.data
+        if isinstance(ci.operation, Measure)
+    ]
+    if not pairs:
+        raise ValueError("rem: the circuit has no measurements")
+    return pairs
+
+
+def _segments(key: str) -> list[int]:
+    """Lengths of the space-separated register groups of a count key, left to right."""
+    return [len(part) for part in key.split(" ")]
+
+
+def _format(bits: int, width: int, segments: Sequence[int]) -> str:
+    text = format(bits, f"0{width}b")
+    parts, start = [], 0
+    for length in segments:
+        parts.append(text[start : start + length])
+        start += length
+    return " ".join(parts)
+
+
+@register("readout", "readout_error_mitigation", "measurement")
+class REM(MitigationTechnique):
+    """Tensored readout error mitigation (own numpy implementation)."""
+
+    name: ClassVar[str] = "rem"
+    kind: ClassVar[str] = DISTRIBUTION
+    produces: ClassVar[str] = DISTRIBUTION
+    # Calibrates measurements wherever they are, so it may follow cutting.
+    terminal_measurements_only: ClassVar[bool] = False
+
+    @classmethod
+    def default_config(cls) -> dict[str, Any]:
+        return {"project": True}  # nearest probability distribution (False: quasi-probabilities)
+
+    def construct_circuits(
+        self, circuit: QuantumCircuit, config: Mapping[str, Any] | None = None
+    ) -> Constructed:
+        self.resolve_config(config)
+        pairs = _measurements(circuit)
+        clbits = sorted({c for _, c in pairs})
+        if len(clbits) > MAX_MEASURED_CLBITS:
+            raise ValueError(f"rem: {len(clbits)} measured clbits, at most {MAX_MEASURED_CLBITS}")
+        qubits = sorted({q for q, _ in pairs})
+        calibrations = []
+        for prepared in (0, 1):
+            cal = circuit.copy_empty_like(name=f"{circuit.name}_rem_cal{prepared}")
+            if prepared:
+                cal.x(qubits)
+            cal.barrier()
+            for qubit, clbit in pairs:
+                cal.measure(qubit, clbit)
+            calibrations.append(cal)
+        return Constructed(
+            [circuit, *calibrations],
+            context={"clbits": clbits, "num_clbits": circuit.num_clbits},
+        )
+
+    def combine_results(
+        self,
+        results: Sequence[Any],
+        config: Mapping[str, Any] | None = None,
+        context: Mapping[str, Any] | None = None,
+    ) -> dict[str, float]:
+        cfg = self.resolve_config(config)
+        if not context or "clbits" not in context:
+            raise ValueError("rem: combine_results needs the context construct_circuits returned")
+        if len(results) != 3:
+            raise ValueError(f"rem: expected 3 results (circuit, cal0, cal1), got {len(results)}")
+        counts, cal0, cal1 = results
+        clbits = list(context["clbits"])
+        width = int(context["num_clbits"])
+        inverses = self.inverse_confusion_matrices(cal0, cal1, clbits)
+        segments = _segments(next(iter(counts)))
+        if sum(segments) != width:
+            raise ValueError(f"rem: count keys have {sum(segments)} bits, the circuit {width}")
+        m = len(clbits)
+        # Dense vector over the measured clbits: index bit j is clbit clbits[j].
+        vector = np.zeros(2**m)
+        total = float(sum(counts.values()))
+        for key, weight in counts.items():
+            bits = int(key.replace(" ", ""), 2)
+            index = 0
+            for j, clbit in enumerate(clbits):
+                index |= ((bits >> clbit) & 1) << j
+            vector[index] += float(weight) / total
+        # C-order reshape: axis a holds index bit m-1-a.
+        tensor = vector.reshape((2,) * m) if m else vector
+        for j, inverse in enumerate(inverses):
+            axis = m - 1 - j
+            tensor = np.moveaxis(np.tensordot(inverse, tensor, axes=([1], [axis])), 0, axis)
+        corrected = tensor.reshape(-1)
+        if cfg["project"]:
+            corrected = nearest_probability_distribution(corrected)
+        out: dict[str, float] = {}
+        for index in np.flatnonzero(np.abs(corrected) > 1e-12):
+            bits = 0
+            for j, clbit in enumerate(clbits):
+                bits |= ((int(index) >> j) & 1) << clbit
+            out[_format(bits, width, segments)] = float(corrected[index])
+        return out
+
+    @staticmethod
+    def inverse_confusion_matrices(
+        cal0: Counts, cal1: Counts, clbits: Sequence[int]
+    ) -> list[np.ndarray]:
+        """Per clbit, the inverse of [[P(0|0), P(0|1)], [P(1|0), P(1|1)]] (columns: prepared)."""
+        flips = []
+        for cal in (cal0, cal1):
+            total = float(sum(cal.values()))
+            ones = np.zeros(len(clbits))
+            for key, weight in cal.items():
+                bits = int(key.replace(" ", ""), 2)
+                for j, clbit in enumerate(clbits):
+                    ones[j] += ((bits >> clbit) & 1) * float(weight)
+            flips.append(ones / total)
+        p1_given_0, p1_given_1 = flips
+        inverses = []
+        for j, clbit in enumerate(clbits):
+            confusion = np.array(
+                [[1 - p1_given_0[j], 1 - p1_given_1[j]], [p1_given_0[j], p1_given_1[j]]]
+            )
+            if abs(np.linalg.det(confusion)) < 1e-6:
+                raise ValueError(
+                    f"rem: readout of clbit {clbit} carries no information "
+                    f"(P(1|0)={p1_given_0[j]:.3f}, P(1|1)={p1_given_1[j]:.3f})"
+                )
+            inverses.append(np.linalg.inv(confusion))
+        return inverses
+
+    def overhead(
+        self, circuit: QuantumCircuit, config: Mapping[str, Any] | None = None
+    ) -> Overhead:
+        self.resolve_config(config)
+        m = len({c for _, c in _measurements(circuit)})
+        return Overhead(3, 3.0, _SECONDS_FIXED + _SECONDS_PER_STATE_BIT * m * 2**m)

@@ -1,0 +1,503 @@
+"""Composing mitigation techniques, and an executor for tests and benchmarks.
+
+A :class:`MitigationStack` applies its techniques' circuit construction in order (each technique
+fans out every circuit the previous one produced) and combines results in reverse order (the last
+technique combines first, per circuit of the one before it). "zne+rem" folds the circuit, then adds
+readout calibration circuits to every folded circuit; combining corrects each folded circuit's
+counts, reads the observable from the corrected distributions and extrapolates.
+
+What can follow what is decided by the types flowing through ``combine``: the leaves are counts; a
+distribution technique needs distributions from below it; an expectation technique takes either
+(distributions are turned into expectation values of the observable); linear techniques (twirling,
+DD) average whatever they get. So "rem+zne" is invalid (ZNE would hand REM expectation values),
+and a technique that needs terminal measurements cannot follow cutting.
+
+:func:`run_mitigated` is the reference executor: it transpiles every constructed circuit for the
+device and runs it with the device's noise (``aer_sim.run_noisy``). The traps it respects
+(``/work/shared/STACK.md``): mitigation acts on the small virtual circuit (mitiq's DDD on a
+full-width transpiled circuit hangs), and constructed circuits are transpiled at
+``optimization_level=0`` (folds and DD pulses survive, no ``sxdg`` from folding an already
+transpiled circuit) with the physical qubits chosen once for the circuit they stem from.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from qiskit import QuantumCircuit
+from qiskit.providers import BackendV2
+from qiskit.quantum_info import SparsePauliOp
+from qiskit.transpiler import PassManager, Target, generate_preset_pass_manager
+
+from kernel_server.estimator.mitigation.base import (
+    DISTRIBUTION,
+    EXPECTATION,
+    NO_OVERHEAD,
+    Counts,
+    MitigationTechnique,
+    Observable,
+    Overhead,
+    as_observable,
+    expectation_value,
+    get_technique,
+    measurement_map,
+    normalize,
+)
+
+# The device helpers (qiskit_ibm_runtime, qiskit_aer: 1-3 s) are imported inside the functions that
+# use them, so that importing the mitigation package stays cheap.
+
+__all__ = [
+    "MitigatedRun",
+    "MitigationPlan",
+    "MitigationStack",
+    "StackSpec",
+    "choose_layout",
+    "parse_stack",
+    "run_mitigated",
+    "run_mitigated_detailed",
+    "transpile_mitigated",
+]
+
+TechniqueSpec = str | MitigationTechnique | type[MitigationTechnique] | tuple[Any, dict[str, Any]]
+
+
+def _as_technique(spec: Any) -> MitigationTechnique:
+    if isinstance(spec, MitigationTechnique):
+        return spec
+    if isinstance(spec, str):
+        return get_technique(spec)()
+    if isinstance(spec, type) and issubclass(spec, MitigationTechnique):
+        return spec()
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], dict):
+        base = _as_technique(spec[0])
+        return type(base)(**{**base.config, **spec[1]})
+    raise TypeError(
+        f"a mitigation technique is a name, a MitigationTechnique (class or instance) or a "
+        f"(name, config) pair, not {spec!r}"
+    )
+
+
+@dataclass
+class _Node:
+    """One circuit of the construction tree (the root is the job's circuit)."""
+
+    circuit: QuantumCircuit
+    anchor: int  # index into MitigationPlan.anchors: the circuit whose layout this one uses
+    shots_ratio: float  # shots of this circuit per shot of the job
+    children: list[_Node] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)  # of the technique that expanded it
+    context: dict[str, Any] = field(default_factory=dict)
+    leaf: int | None = None  # index into MitigationPlan.circuits
+
+
+@dataclass
+class MitigationPlan:
+    """The constructed circuits of one job and what combining them needs."""
+
+    root: _Node
+    circuits: list[QuantumCircuit]  # to execute, in this order
+    anchor_of: list[int]  # per circuit: index into anchors
+    anchors: list[QuantumCircuit]  # circuits whose layout the executed circuits share
+    shots_ratios: list[float]  # per circuit: shots per shot of the job
+    observable: SparsePauliOp | None
+
+    def shots_for(self, shots: int) -> list[int]:
+        """Shots of each circuit for a job of ``shots`` shots (at least 1 each)."""
+        return [max(1, round(shots * ratio)) for ratio in self.shots_ratios]
+
+
+class MitigationStack:
+    """Techniques applied in order: construct fans out in order, combine runs in reverse."""
+
+    def __init__(self, techniques: Sequence[Any] = ()) -> None:
+        self.techniques: tuple[MitigationTechnique, ...] = tuple(
+            _as_technique(t) for t in techniques
+        )
+        self.output_kind, self._converts = self._validate()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.techniques)
+
+    def __repr__(self) -> str:
+        return f"MitigationStack({'+'.join(self.names) or 'none'})"
+
+    def __len__(self) -> int:
+        return len(self.techniques)
+
+    def _validate(self) -> tuple[str, bool]:
+        """The kind ``combine`` returns, and whether distributions get turned into expectations
+        on the way (then an observable is needed). Raises ``ValueError`` on invalid stacks."""
+        names = self.names
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"mitigation stack {'+'.join(names)}: {duplicates} appear twice")
+        cutter = None
+        for technique in self.techniques:
+            if cutter is not None and technique.terminal_measurements_only:
+                raise ValueError(
+                    f"mitigation stack {'+'.join(names)}: {technique.name!r} needs terminal "
+                    f"measurements but follows {cutter!r}, whose subexperiments measure "
+                    f"mid-circuit; put {technique.name!r} before {cutter!r}"
+                )
+            if technique.adds_midcircuit_measurements:
+                cutter = technique.name
+        flowing = DISTRIBUTION  # the leaves are counts
+        converts = False
+        for position in reversed(range(len(self.techniques))):
+            technique = self.techniques[position]
+            if technique.linear:
+                continue
+            if technique.kind == DISTRIBUTION and flowing == EXPECTATION:
+                inner = "+".join(names[position + 1 :])
+                raise ValueError(
+                    f"mitigation stack {'+'.join(names)}: {technique.name!r} combines counts, "
+                    f"but {inner!r} after it hands back expectation values; list "
+                    f"{technique.name!r} after the expectation techniques (e.g. "
+                    f"'{inner}+{technique.name}')"
+                )
+            if technique.kind == EXPECTATION and flowing == DISTRIBUTION:
+                converts = True
+            flowing = technique.produces
+        return flowing, converts
+
+    def needs_observable(self) -> bool:
+        """Whether :meth:`construct` needs an observable."""
+        return (
+            self._converts
+            or self.output_kind == EXPECTATION
+            or any(t.needs_observable for t in self.techniques)
+        )
+
+    def _config(self, technique: MitigationTechnique, observable: Any) -> dict[str, Any]:
+        config = dict(technique.config)
+        if technique.needs_observable and config.get("observable") is None:
+            config["observable"] = observable
+        return config
+
+    # -- construct / combine -------------------------------------------------------------
+
+    def construct(
+        self, circuit: QuantumCircuit, observable: Observable | None = None
+    ) -> MitigationPlan:
+        """All circuits to run for ``circuit`` (virtual, with measurements)."""
+        if observable is None and self.needs_observable():
+            raise ValueError(f"{self!r} returns or combines expectation values: give an observable")
+        spo = None if observable is None else as_observable(observable)
+        if spo is not None and (self._converts or self.output_kind == DISTRIBUTION):
+            # Read from counts: Z-basis terms only (cutting measures other bases itself).
+            for pauli in spo.paulis:
+                if np.any(pauli.x):
+                    raise ValueError(
+                        f"observable term {pauli.to_label()} is not diagonal; {self!r} reads it "
+                        "from counts: add the basis change to the circuit and measure Z"
+                    )
+        anchors = [circuit]
+        root = _Node(circuit, anchor=0, shots_ratio=1.0)
+        leaves: list[_Node] = []
+
+        def expand(node: _Node, level: int) -> None:
+            if level == len(self.techniques):
+                node.leaf = len(leaves)
+                leaves.append(node)
+                return
+            technique = self.techniques[level]
+            node.config = self._config(technique, spo)
+            constructed = technique.construct_circuits(node.circuit, node.config)
+            node.context = constructed.context
+            for child_circuit in constructed:
+                anchor = node.anchor
+                if not technique.same_qubits:
+                    anchor = len(anchors)
+                    anchors.append(child_circuit)
+                child = _Node(child_circuit, anchor, node.shots_ratio * constructed.shots_ratio)
+                node.children.append(child)
+                expand(child, level + 1)
+
+        expand(root, 0)
+        return MitigationPlan(
+            root=root,
+            circuits=[leaf.circuit for leaf in leaves],
+            anchor_of=[leaf.anchor for leaf in leaves],
+            anchors=anchors,
+            shots_ratios=[leaf.shots_ratio for leaf in leaves],
+            observable=spo,
+        )
+
+    def combine(self, results: Sequence[Counts], plan: MitigationPlan) -> Any:
+        """The mitigated result from the counts of ``plan.circuits`` (same order).
+
+        A float when the stack ends in an expectation value or an observable was given, else a
+        distribution (``dict[str, float]`` summing to 1).
+        """
+        if len(results) != len(plan.circuits):
+            raise ValueError(f"{len(results)} results for {len(plan.circuits)} circuits")
+
+        def to_expectation(value: Any, node: _Node) -> float:
+            if plan.observable is None:
+                raise ValueError("an observable is needed to turn distributions into values")
+            return expectation_value(value, plan.observable, measurement_map(node.circuit))
+
+        def value_of(node: _Node, level: int) -> tuple[Any, str]:
+            if node.leaf is not None:
+                return results[node.leaf], DISTRIBUTION
+            technique = self.techniques[level]
+            values, kinds = zip(*(value_of(c, level + 1) for c in node.children), strict=True)
+            kind = kinds[0]
+            if not technique.linear and technique.kind == EXPECTATION and kind == DISTRIBUTION:
+                values = tuple(
+                    to_expectation(v, c) for v, c in zip(values, node.children, strict=True)
+                )
+                kind = EXPECTATION
+            combined = technique.combine_results(list(values), node.config, node.context)
+            return combined, (kind if technique.linear else technique.produces)
+
+        value, kind = value_of(plan.root, 0)
+        if kind == DISTRIBUTION:
+            if plan.observable is not None:
+                return to_expectation(value, plan.root)
+            return normalize(value)
+        return float(value)
+
+    def overhead(self, circuit: QuantumCircuit, observable: Observable | None = None) -> Overhead:
+        """Circuits and shots multiply through the stack; classical time adds up, each inner
+        technique's counted once per circuit it is applied to. Each technique is costed on the
+        job's circuit (not on what the techniques before it made of it), an underestimate for
+        what follows folding or cutting."""
+        total = NO_OVERHEAD
+        spo = None if observable is None else as_observable(observable)
+        for technique in self.techniques:
+            total = total.then(technique.overhead(circuit, self._config(technique, spo)))
+        return total
+
+
+# What parse_stack (and run_mitigated) take.
+StackSpec = TechniqueSpec | Sequence[TechniqueSpec] | MitigationStack | None
+
+
+def parse_stack(spec: StackSpec) -> MitigationStack:
+    """A stack from None, a name ("zne"), a "+"-joined string ("twirl+rem+dd"), a technique, or
+    a list of those. Raises ``UnknownMitigation`` (a ``ValueError``) on unknown names and
+    ``ValueError`` on invalid combinations."""
+    if spec is None:
+        return MitigationStack()
+    if isinstance(spec, MitigationStack):
+        return spec
+    if isinstance(spec, str):
+        text = spec.strip()
+        if text.lower() in ("", "none"):
+            return MitigationStack()
+        names = [part.strip() for part in text.split("+")]
+        if any(not name for name in names):
+            raise ValueError(f"empty technique name in mitigation stack {spec!r}")
+        return MitigationStack(names)
+    if isinstance(spec, (list, tuple)) and not (
+        isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], dict)
+    ):
+        items: list[Any] = []
+        for item in spec:
+            items.extend(parse_stack(item).techniques if isinstance(item, str) else [item])
+        return MitigationStack(items)
+    return MitigationStack([spec])
+
+
+# --------------------------------------------------------------------------------------------
+# Transpilation with a fixed layout
+# --------------------------------------------------------------------------------------------
+
+_CACHE_SIZE = 64
+_lock = threading.Lock()  # the caches
+_run_lock = threading.Lock()  # passes keep per-run state: one run at a time per pass manager
+_targets: dict[str, Target] = {}
+_layout_pms: OrderedDict[tuple[str, int], PassManager] = OrderedDict()
+_level0_pms: OrderedDict[tuple[str, tuple[int, ...], bool, int], PassManager] = OrderedDict()
+
+
+def _cached(cache: OrderedDict, key: Any, build: Any) -> Any:
+    with _lock:
+        value = cache.get(key)
+        if value is not None:
+            cache.move_to_end(key)
+            return value
+    value = build()
+    with _lock:
+        cache[key] = value
+        while len(cache) > _CACHE_SIZE:
+            cache.popitem(last=False)
+    return value
+
+
+def _target(backend: BackendV2) -> Target:
+    """The device target without broken couplers and qubits (see numerical.healthy_target)."""
+    from kernel_server.estimator.numerical import broken_entries, healthy_target
+    from kernel_server.workers.devices import calibration_id
+
+    key = calibration_id(backend)
+    with _lock:
+        target = _targets.get(key)
+    if target is None:
+        dead_qubits, dead_couplers = broken_entries(backend.target)
+        target = healthy_target(backend.target) if dead_qubits or dead_couplers else backend.target
+        with _lock:
+            _targets[key] = target
+    return target
+
+
+def choose_layout(circuit: QuantumCircuit, backend: BackendV2, seed: int = 0) -> tuple[int, ...]:
+    """Physical qubit of each virtual qubit: noise-aware (VF2Layout, else Sabre), as level 2.
+
+    Not ``transpile_for``'s layout: level 2's init stage cancels gates before choosing a layout
+    (a chain of CX and its mirror image vanishes), so its layout can fit a smaller circuit than
+    the level-0 one that actually runs and force routing there. Here the init stage is level 0's.
+    """
+    from kernel_server.estimator.numerical import check_width
+    from kernel_server.workers.devices import calibration_id
+
+    check_width(circuit, backend)
+    target = _target(backend)
+
+    def build() -> PassManager:
+        pm = generate_preset_pass_manager(optimization_level=2, target=target, seed_transpiler=seed)
+        pm.init = generate_preset_pass_manager(optimization_level=0, target=target).init
+        # Only the layout is wanted: skip optimization and scheduling.
+        pm.optimization = None
+        pm.scheduling = None
+        return pm
+
+    pm = _cached(_layout_pms, (calibration_id(backend), seed), build)
+    with _run_lock:
+        transpiled = pm.run(circuit)
+    return tuple(transpiled.layout.initial_index_layout(filter_ancillas=True))
+
+
+def transpile_mitigated(
+    circuit: QuantumCircuit,
+    backend: BackendV2,
+    layout: Sequence[int],
+    schedule: bool = True,
+    seed: int = 0,
+) -> QuantumCircuit:
+    """``circuit`` on ``layout`` at optimization level 0 (folds and DD pulses survive).
+
+    ``schedule`` adds ALAP scheduling: idle windows become delays, which the noisy simulator
+    relaxes with T1/T2 (without them idle qubits suffer no noise at all).
+    """
+    from kernel_server.workers.devices import calibration_id
+
+    key = (calibration_id(backend), tuple(layout), schedule, seed)
+    target = _target(backend)
+
+    def build() -> PassManager:
+        return generate_preset_pass_manager(
+            optimization_level=0,
+            target=target,
+            initial_layout=list(layout),
+            seed_transpiler=seed,
+            scheduling_method="alap" if schedule else None,
+        )
+
+    pm = _cached(_level0_pms, key, build)
+    with _run_lock:
+        return pm.run(circuit)
+
+
+# --------------------------------------------------------------------------------------------
+# Executor
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MitigatedRun:
+    """One mitigated execution: the result and what it took."""
+
+    value: Any  # float (expectation) or dict[str, float] (distribution)
+    plan: MitigationPlan
+    counts: list[dict[str, Any]]  # counts, or exact probabilities (exact=True)
+    shots: list[int]
+
+    @property
+    def total_shots(self) -> int:
+        return sum(self.shots)
+
+
+def _leaf_seed(seed: int | None, index: int) -> int | None:
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([int(seed), index]).generate_state(1)[0])
+
+
+def run_mitigated_detailed(
+    circuit: QuantumCircuit,
+    backend: BackendV2,
+    stack: StackSpec,
+    shots: int,
+    seed: int | None = 0,
+    observable: Observable | None = None,
+    *,
+    schedule: bool = True,
+    transpile_seed: int = 0,
+    exact: bool = False,
+) -> MitigatedRun:
+    """:func:`run_mitigated`, also returning the plan, the raw counts and the shots."""
+    from kernel_server.workers.aer_sim import noisy_probabilities, run_noisy
+
+    mitigation = parse_stack(stack)
+    plan = mitigation.construct(circuit, observable)
+    layouts = [choose_layout(anchor, backend, transpile_seed) for anchor in plan.anchors]
+    shots_each = plan.shots_for(shots)
+    counts: list[Any] = []
+    for index, (constructed, anchor) in enumerate(zip(plan.circuits, plan.anchor_of, strict=True)):
+        transpiled = transpile_mitigated(
+            constructed, backend, layouts[anchor], schedule=schedule, seed=transpile_seed
+        )
+        if exact:
+            counts.append(noisy_probabilities(backend, transpiled))
+        else:
+            counts.append(
+                run_noisy(backend, transpiled, shots_each[index], _leaf_seed(seed, index))
+            )
+    return MitigatedRun(mitigation.combine(counts, plan), plan, counts, shots_each)
+
+
+def run_mitigated(
+    circuit: QuantumCircuit,
+    backend: BackendV2,
+    stack: StackSpec,
+    shots: int,
+    seed: int | None = 0,
+    observable: Observable | None = None,
+    *,
+    schedule: bool = True,
+    transpile_seed: int = 0,
+    exact: bool = False,
+) -> Any:
+    """Run ``circuit`` (virtual, measured) on ``backend``'s simulated noise with ``stack``.
+
+    Constructs the stack's circuits, lays each family out once (:func:`choose_layout` of the job's
+    circuit, or of each cutting subexperiment), transpiles each circuit at level 0 on that layout
+    (scheduled, so idle windows decohere), runs it with ``run_noisy`` and combines. ``stack`` is
+    anything :func:`parse_stack` takes; None gives the unmitigated run through the same path, the
+    fair baseline. Returns a float when an observable is given or the stack ends in an
+    expectation value, else a distribution.
+
+    ``exact`` replaces sampling by each circuit's exact noisy distribution
+    (``aer_sim.noisy_probabilities``): the mitigation's bias without shot noise, for benchmarks.
+    It cannot take mid-circuit measurements (cutting's subexperiments).
+    """
+    return run_mitigated_detailed(
+        circuit,
+        backend,
+        stack,
+        shots,
+        seed,
+        observable,
+        schedule=schedule,
+        transpile_seed=transpile_seed,
+        exact=exact,
+    ).value
