@@ -27,7 +27,11 @@ from kernel_server.estimator.numerical import (
     numerical_estimate,
     transpile_for,
 )
-from kernel_server.estimator.templates import TemplateRegistry, build_templates
+from kernel_server.estimator.templates import (
+    TemplateNotExecutable,
+    TemplateRegistry,
+    build_templates,
+)
 from kernel_server.workers.devices import (
     DEFAULT_FLEET,
     basis_gates_of,
@@ -167,7 +171,7 @@ def test_numerical_estimate_on_a_template(templates):
     assert backend is template.as_backend()
     assert backend.name == "template_falcon_27"
     assert family_of(backend) == "Falcon"
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(TemplateNotExecutable):
         backend.run(ghz(3))
 
     estimate = numerical_estimate(ghz(5), backend)

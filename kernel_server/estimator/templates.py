@@ -141,6 +141,10 @@ class TemplateQPU:
         }
 
 
+class TemplateNotExecutable(TypeError):
+    """A template QPU is a calibration model for estimates, not a device that runs jobs."""
+
+
 class TemplateBackend(BackendV2):
     """A template seen as a backend: it compiles and estimates, but runs nothing.
 
@@ -178,7 +182,8 @@ class TemplateBackend(BackendV2):
         )
 
     def run(self, run_input: Any, **options: Any) -> Any:
-        raise NotImplementedError(
+        # Templates only exist for estimation: there is no device behind one.
+        raise TemplateNotExecutable(
             f"{self.name} is a template QPU (a calibration model); run on one of its members: "
             f"{', '.join(self.template.members)}"
         )
