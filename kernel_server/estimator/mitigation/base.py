@@ -48,6 +48,7 @@ __all__ = [
     "Overhead",
     "UnknownMitigation",
     "as_observable",
+    "AveragingTechnique",
     "average_results",
     "expectation_value",
     "get_technique",
@@ -419,3 +420,18 @@ def average_results(results: Sequence[Any]) -> Any:
                 average[key] = average.get(key, 0.0) + p / len(results)
         return average
     raise TypeError("results must be all expectation values or all counts/distributions")
+
+
+class AveragingTechnique(MitigationTechnique):
+    """A linear technique: its constructed circuits are equally weighted estimates of the same
+    quantity, so combining them is an average (twirling, DD). One place for that rule."""
+
+    linear: ClassVar[bool] = True
+
+    def combine_results(
+        self,
+        results: Sequence[Any],
+        config: Mapping[str, Any] | None = None,
+        context: Mapping[str, Any] | None = None,
+    ) -> Any:
+        return average_results(results)

@@ -25,7 +25,7 @@ delays the scheduler inserts): execute DD circuits scheduled, as ``run_mitigated
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -36,10 +36,9 @@ from qiskit.converters import circuit_to_dag
 
 from kernel_server.estimator.mitigation.base import (
     DISTRIBUTION,
+    AveragingTechnique,
     Constructed,
-    MitigationTechnique,
     Overhead,
-    average_results,
     reattach_measurements,
     register,
     split_terminal_measurements,
@@ -124,13 +123,12 @@ def insert_aligned_dd(
 
 
 @register("ddd", "dynamical_decoupling")
-class DD(MitigationTechnique):
+class DD(AveragingTechnique):
     """Dynamical decoupling: mitiq rule sequences in the idle windows of the virtual circuit."""
 
     name: ClassVar[str] = "dd"
     kind: ClassVar[str] = DISTRIBUTION
     produces: ClassVar[str] = DISTRIBUTION
-    linear: ClassVar[bool] = True
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
@@ -151,14 +149,6 @@ class DD(MitigationTechnique):
         unitary, measurements = split_terminal_measurements(circuit)
         padded = insert_aligned_dd(unitary, cfg["rule"], int(cfg["spacing"]), cfg["min_slack"])
         return Constructed([reattach_measurements(padded, circuit, measurements)])
-
-    def combine_results(
-        self,
-        results: Sequence[Any],
-        config: Mapping[str, Any] | None = None,
-        context: Mapping[str, Any] | None = None,
-    ) -> Any:
-        return average_results(results)
 
     def overhead(
         self, circuit: QuantumCircuit, config: Mapping[str, Any] | None = None

@@ -12,17 +12,16 @@ tests/test_mitigation.py). The job's shots are split over the variants (no shot 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from qiskit import QuantumCircuit
 
 from kernel_server.estimator.mitigation.base import (
     DISTRIBUTION,
+    AveragingTechnique,
     Constructed,
-    MitigationTechnique,
     Overhead,
-    average_results,
     check_positive,
     reattach_measurements,
     register,
@@ -46,13 +45,12 @@ def _drop_identities(circuit: QuantumCircuit) -> QuantumCircuit:
 
 
 @register("twirling", "pauli_twirling", "pt")
-class Twirling(MitigationTechnique):
+class Twirling(AveragingTechnique):
     """Pauli twirling (mitiq ``generate_pauli_twirl_variants``)."""
 
     name: ClassVar[str] = "twirl"
     kind: ClassVar[str] = DISTRIBUTION
     produces: ClassVar[str] = DISTRIBUTION
-    linear: ClassVar[bool] = True
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
@@ -81,14 +79,6 @@ class Twirling(MitigationTechnique):
             reattach_measurements(_drop_identities(v), circuit, measurements) for v in variants
         ]
         return Constructed(circuits, shots_ratio=1.0 / num)
-
-    def combine_results(
-        self,
-        results: Sequence[Any],
-        config: Mapping[str, Any] | None = None,
-        context: Mapping[str, Any] | None = None,
-    ) -> Any:
-        return average_results(results)
 
     def overhead(
         self, circuit: QuantumCircuit, config: Mapping[str, Any] | None = None
