@@ -60,7 +60,12 @@ class Orchestrator:
         self.qpu_worker_count = qpu_workers
         self.manager = JobManager(
             self.store,
-            Executors(run_step=self._run_step, estimate=self._estimate, spawn=self._spawn),
+            Executors(
+                run_step=self._run_step,
+                estimate=self._estimate,
+                spawn=self._spawn,
+                plan=self._plan,
+            ),
             emit=self._event,
             reply=self._reply,
             classical_slots=classical_slots,
@@ -232,6 +237,11 @@ class Orchestrator:
     async def _estimate(self, circuits: bytes, device: str) -> qpu.DeviceEstimate:
         return await self.loop.run_in_executor(
             self.qpu_pool, qpu.estimate_on_device, circuits, device, 0
+        )
+
+    async def _plan(self, circuits: bytes, shots: int) -> list[dict[str, Any]]:
+        return await self.loop.run_in_executor(
+            self.qpu_pool, qpu.plan_step, circuits, self.fleet_names, shots
         )
 
     async def _execute(

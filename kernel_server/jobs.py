@@ -109,6 +109,9 @@ class JobRecord:
     error: str | None = None
     parent: str | None = None
     method: str | None = None  # how a QPU job was executed (simulation method, or a real backend)
+    # Resource plans of a quantum step's first QPU job (estimator.plans), best first, as dicts;
+    # or [{"error": ...}] when they could not be made (the job runs anyway).
+    plans: list[dict[str, Any]] | None = None
     history: list[Transition] = field(default_factory=list)
 
     def transition(self, target: JobState, cause: str = "", now: float | None = None) -> Transition:
@@ -161,6 +164,7 @@ class JobRecord:
             "error": self.error,
             "parent": self.parent,
             "method": self.method,
+            "plans": self.plans,
         }
 
 

@@ -40,6 +40,8 @@ class Executors:
     run_step: Callable[[StepSpec], Awaitable[StepOutcome]]
     estimate: Callable[[bytes, str], Awaitable[Any]]  # -> workers.qpu.DeviceEstimate
     spawn: Callable[[Awaitable[Any]], asyncio.Task]
+    # (circuits blob, shots) -> resource plans as dicts (workers.qpu.plan_step); None: no plans
+    plan: Callable[[bytes, int], Awaitable[list[dict[str, Any]]]] | None = None
 
 
 Emit = Callable[[JobRecord, str], None]
@@ -338,6 +340,12 @@ class JobManager:
             self.move(job, JobState.ESTIMATING)
             pinned = self.sessions.get((run.id, msg.step_id))
             qpus = [self.qpus[pinned]] if pinned else self.eligible_qpus(options, msg.num_qubits)
+            # The step's plans are made once, beside its first job's per-device estimates.
+            planning = (
+                self.ex.spawn(self.ex.plan(msg.circuits, msg.shots))
+                if self.ex.plan is not None and index == 0
+                else None
+            )
             estimates = await asyncio.gather(
                 *[self.ex.estimate(msg.circuits, q.name) for q in qpus]
             )
@@ -350,6 +358,11 @@ class JobManager:
             est = by_name[chosen.qpu]
             job.qpu, job.est_fidelity, job.est_duration_s = chosen.qpu, est.fidelity, est.duration_s
             job.num_circuits = est.num_circuits
+            if planning is not None:
+                try:
+                    job.plans = await planning
+                except Exception as exc:  # a lost worker process: advice missing, job goes on
+                    job.plans = [{"error": f"{type(exc).__name__}: {exc}"}]
             if run.steps[msg.step_id].kind == "hybrid":
                 self.sessions[(run.id, msg.step_id)] = chosen.qpu  # pin the loop to one QPU
             if run.state.final:

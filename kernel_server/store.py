@@ -31,7 +31,8 @@ CREATE TABLE IF NOT EXISTS workflows (
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, workflow_id TEXT, step_id INTEGER, kind TEXT, state TEXT, qpu TEXT,
     est_fidelity REAL, est_duration_s REAL, shots INTEGER, num_circuits INTEGER, parent TEXT,
-    created_at REAL, queued_at REAL, started_at REAL, finished_at REAL, error TEXT, method TEXT);
+    created_at REAL, queued_at REAL, started_at REAL, finished_at REAL, error TEXT, method TEXT,
+    plans TEXT);
 CREATE INDEX IF NOT EXISTS jobs_by_workflow ON jobs (workflow_id);
 CREATE TABLE IF NOT EXISTS step_outputs (
     workflow_id TEXT, step_id INTEGER, outputs BLOB, stdout TEXT,
@@ -59,7 +60,9 @@ _JOB_COLUMNS = (
     "finished_at",
     "error",
     "method",
+    "plans",
 )
+_JSON_JOB_COLUMNS = frozenset({"plans"})
 
 
 def _pack(obj: Any) -> bytes:
@@ -85,6 +88,13 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Add columns that databases made by earlier versions lack (nothing is dropped)."""
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+        if "plans" not in have:
+            self._db.execute("ALTER TABLE jobs ADD COLUMN plans TEXT")
 
     def close(self) -> None:
         with self._lock:
@@ -227,7 +237,13 @@ class Store:
 
     @staticmethod
     def _job_row(job: JobRecord) -> tuple:
-        return tuple(job.state.value if c == "state" else getattr(job, c) for c in _JOB_COLUMNS)
+        def value(column: str) -> Any:
+            if column == "state":
+                return job.state.value
+            v = getattr(job, column)
+            return json.dumps(v) if column in _JSON_JOB_COLUMNS and v is not None else v
+
+        return tuple(value(c) for c in _JOB_COLUMNS)
 
     def save_job(self, job: JobRecord) -> None:
         self._exec(self._job_upsert_sql(), self._job_row(job))
@@ -241,6 +257,9 @@ class Store:
         for r in rows:
             d = dict(zip(_JOB_COLUMNS, r, strict=True))
             d["state"] = JobState(d["state"])
+            for column in _JSON_JOB_COLUMNS:
+                if d[column] is not None:
+                    d[column] = json.loads(d[column])
             out.append(JobRecord(**d))
         return out
 

@@ -15,6 +15,7 @@ _API = (
     "invoke",
     "workflow_status",
     "workflow_results",
+    "workflow_info",
     "list_images",
     "list_workflows",
     "cancel",

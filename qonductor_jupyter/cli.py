@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("action", choices=("start", "stop", "status"))
     s.add_argument("--fleet", default=None, help="'default', 'small' or fake backend names")
     t = sub.add_parser("train", help="train a model shipped with the package")
-    t.add_argument("model", choices=("runtime",), help="which model")
+    t.add_argument("model", choices=("runtime", "fidelity"), help="which model")
     t.add_argument("rest", nargs=argparse.REMAINDER, help="options of the trainer (--data, --out)")
     sub.add_parser("fleet", help="list the QPUs of the running orchestrator")
     sub.add_parser("workflows", help="list recent workflows")
@@ -105,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         return demo(args.notebook)
     if args.command == "train":
+        if args.model == "fidelity":
+            from kernel_server.estimator import fidelity_training
+
+            return fidelity_training.main(args.rest)
         from kernel_server.estimator import runtime
 
         return runtime.main(args.rest)

@@ -48,6 +48,61 @@ COLUMNS = (
 )
 
 
+PLAN_COLUMNS = (
+    ("rank", "rank"),
+    ("backend", "QPU template"),
+    ("mitigation", "mitigation"),
+    ("accelerator", "post-processing"),
+    ("fidelity", "est. fidelity"),
+    ("quantum", "QPU time"),
+    ("classical", "classical time"),
+    ("cost", "cost"),
+)
+
+
+def _plan_row(plan: dict[str, Any]) -> dict[str, str]:
+    return {
+        "rank": str(plan["rank"]),
+        "backend": plan["backend"],
+        "mitigation": plan["mitigation"],
+        "accelerator": "-" if plan["accelerator"] == "none" else plan["accelerator"],
+        "fidelity": f"{plan['fidelity']:.3f}",
+        "quantum": _fmt_s(plan["quantum_seconds"]),
+        "classical": _fmt_s(plan["classical_seconds"]),
+        "cost": f"${plan['cost']:.2f}",
+    }
+
+
+def step_plans(step: dict[str, Any]) -> list[dict[str, Any]]:
+    """The resource plans recorded for a step (on its first QPU job), or []."""
+    for job in step.get("qpu_jobs") or []:
+        if job.get("plans"):
+            return list(job["plans"])
+    return []
+
+
+def _text_table(columns: tuple[tuple[str, str], ...], rows: list[dict[str, str]]) -> list[str]:
+    widths = {k: max(len(t), *(len(r[k]) for r in rows)) for k, t in columns}
+    head = "  ".join(t.ljust(widths[k]) for k, t in columns)
+    body = ["  ".join(r[k].ljust(widths[k]) for k, _ in columns).rstrip() for r in rows]
+    return [head.rstrip(), *body]
+
+
+def _html_table(columns: tuple[tuple[str, str], ...], rows: list[dict[str, str]]) -> str:
+    head = "".join(f"<th>{html.escape(t)}</th>" for _, t in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(r[k])}</td>" for k, _ in columns) + "</tr>"
+        for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+PLANS_NOTE = (
+    "Resource plans (Pareto rank over fidelity, time and cost; the step ran unmitigated on the "
+    "QPU above):"
+)
+
+
 @dataclass
 class WorkflowReport:
     workflow_id: str
@@ -69,31 +124,54 @@ class WorkflowReport:
     def rows(self) -> list[dict[str, str]]:
         return [_step_row(s) for s in self.steps]
 
+    def plan_sections(self) -> list[tuple[str, list[dict[str, Any]] | str]]:
+        """(step title, plans or an error message) for each step that has plans."""
+        sections: list[tuple[str, list[dict[str, Any]] | str]] = []
+        for step in self.steps:
+            plans = step_plans(step)
+            if not plans:
+                continue
+            title = f"step {step['step_id']} (lines {step['lineno']}-{step['end_lineno']})"
+            if "error" in plans[0]:
+                sections.append((title, f"no plans: {plans[0]['error']}"))
+            else:
+                sections.append((title, plans))
+        return sections
+
     def __repr__(self) -> str:
-        rows = self.rows()
-        widths = {k: max(len(t), *(len(r[k]) for r in rows)) for k, t in COLUMNS}
-        head = "  ".join(t.ljust(widths[k]) for k, t in COLUMNS)
-        body = ["  ".join(r[k].ljust(widths[k]) for k, _ in COLUMNS).rstrip() for r in rows]
+        lines = [f"Qonductor workflow {self.workflow_id}: {self.state}"]
+        lines += _text_table(COLUMNS, self.rows())
+        sections = self.plan_sections()
+        if sections:
+            lines.append(PLANS_NOTE)
+        for title, plans in sections:
+            lines.append(f"  {title}")
+            if isinstance(plans, str):
+                lines.append(f"    {plans}")
+            else:
+                lines += [
+                    "    " + line
+                    for line in _text_table(PLAN_COLUMNS, [_plan_row(p) for p in plans])
+                ]
         names = ", ".join(self.outputs) if self.outputs else "(none)"
-        return "\n".join(
-            [
-                f"Qonductor workflow {self.workflow_id}: {self.state}",
-                head.rstrip(),
-                *body,
-                f"Variables set: {names}",
-            ]
-        )
+        lines.append(f"Variables set: {names}")
+        return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(t)}</th>" for _, t in COLUMNS)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(r[k])}</td>" for k, _ in COLUMNS) + "</tr>"
-            for r in self.rows()
-        )
         names = html.escape(", ".join(self.outputs) if self.outputs else "(none)")
-        return (
+        parts = [
             f"<div class='qonductor-report'><b>Qonductor workflow</b> "
-            f"<code>{html.escape(self.workflow_id)}</code>: {html.escape(self.state)}"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-            f"<div>Variables set: <code>{names}</code></div></div>"
-        )
+            f"<code>{html.escape(self.workflow_id)}</code>: {html.escape(self.state)}",
+            _html_table(COLUMNS, self.rows()),
+        ]
+        sections = self.plan_sections()
+        if sections:
+            parts.append(f"<div>{html.escape(PLANS_NOTE)}</div>")
+        for title, plans in sections:
+            if isinstance(plans, str):
+                parts.append(f"<div>{html.escape(title)}: {html.escape(plans)}</div>")
+            else:
+                parts.append(f"<div>{html.escape(title)}</div>")
+                parts.append(_html_table(PLAN_COLUMNS, [_plan_row(p) for p in plans]))
+        parts.append(f"<div>Variables set: <code>{names}</code></div></div>")
+        return "".join(parts)

@@ -57,6 +57,22 @@ def test_magic_sets_every_assigned_name_and_reports_the_qpu(shell, capsys):
     text = capsys.readouterr().out
     assert "quantum" in text and "fake_" in text and "done" in text
     assert "est. fidelity" in text and "queued" in text
+    # The quantum step's resource plans over the fleet's templates, with their estimates.
+    assert "Resource plans" in text and "QPU template" in text and "$" in text
+    assert "Egret-33" in text or "Falcon-27" in text
+
+
+def test_quantum_steps_record_pareto_ranked_plans(orchestrator):
+    wid = qj.invoke(qj.deploy(qj.create_workflow(PIPELINE)), {"width": 2})
+    qj.workflow_results(wid, timeout=180)
+    (quantum,) = [s for s in qj.workflow_info(wid).steps if s["kind"] == "quantum"]
+    plans = quantum["qpu_jobs"][0]["plans"]
+    assert len(plans) == 3 and plans[0]["rank"] == 0
+    ranks = [p["rank"] for p in plans]
+    assert ranks == sorted(ranks)
+    for plan in plans:
+        assert plan["backend"] in {"Falcon-27", "Egret-33"}
+        assert 0 < plan["fidelity"] <= 1 and plan["quantum_seconds"] > 0 and plan["cost"] > 0
 
 
 def test_functions_defined_in_the_cell_work_in_the_notebook(shell):

@@ -97,3 +97,27 @@ def test_unknown_placement_policy_is_a_config_error():
     with pytest.raises(ConfigError, match="unknown placement policy 'magic'"):
         validate_config({"placement": "magic"})
     assert validate_config({"placement": "least-busy"}) == {"placement": "least-busy"}
+
+
+def test_store_keeps_plans_and_migrates_older_databases(tmp_path):
+    import sqlite3
+
+    from kernel_server.jobs import JobRecord
+
+    path = tmp_path / "old.sqlite"
+    old = sqlite3.connect(path)  # the jobs table as the first release made it: no plans column
+    old.execute(
+        "CREATE TABLE jobs (id TEXT PRIMARY KEY, workflow_id TEXT, step_id INTEGER, kind TEXT, "
+        "state TEXT, qpu TEXT, est_fidelity REAL, est_duration_s REAL, shots INTEGER, "
+        "num_circuits INTEGER, parent TEXT, created_at REAL, queued_at REAL, started_at REAL, "
+        "finished_at REAL, error TEXT, method TEXT)"
+    )
+    old.execute("INSERT INTO jobs (id, workflow_id, kind, state) VALUES ('j0', 'w', 'qpu', 'done')")
+    old.commit()
+    old.close()
+    store = Store(path)
+    plans = [{"rank": 0, "backend": "Falcon-27", "mitigation": "zne", "fidelity": 0.9}]
+    store.save_job(JobRecord(id="j1", workflow_id="w", kind="qpu", plans=plans))
+    by_id = {j.id: j for j in store.jobs("w")}
+    assert by_id["j0"].plans is None and by_id["j0"].state is JobState.DONE
+    assert by_id["j1"].plans == plans

@@ -1,4 +1,5 @@
-"""Resource estimator: numerical baseline, template QPUs, learned runtime model, prices, Pareto.
+"""Resource estimator: estimates and resource plans from learned fidelity and runtime models,
+with the numerical baseline, template QPUs, prices and Pareto ranking.
 
 Submodules are imported on first use so that the orchestrator's start-up stays quick.
 """
@@ -9,7 +10,13 @@ from typing import Any
 
 _EXPORTS = {
     "RuntimeModel": "runtime",
-    "ModelFileError": "runtime",
+    "ModelFileError": "forest",
+    "FidelityModel": "fidelity",
+    "estimate": "plans",
+    "resource_plans": "plans",
+    "Estimate": "plans",
+    "ResourcePlan": "plans",
+    "CircuitNotEstimable": "plans",
     "NumericalEstimator": "numerical",
     "TemplateQPU": "templates",
     "TemplateRegistry": "templates",

@@ -64,7 +64,14 @@ class PriceTable:
     def cost(
         self, quantum_seconds: float, classical_work_seconds: float, accelerator: str
     ) -> tuple[float, float]:
-        """(classical wall seconds on that accelerator, total dollars)."""
+        """(classical wall seconds on that accelerator, total dollars).
+
+        ``accelerator`` "none" is for work without a classical part (``classical_work_seconds``
+        must then be 0)."""
+        if accelerator == "none":
+            if classical_work_seconds:
+                raise ValueError("classical work needs an accelerator, not 'none'")
+            return 0.0, quantum_seconds * self.qpu_dollars_per_hour / 3600.0
         acc = self.accelerator(accelerator)
         classical_seconds = classical_work_seconds / acc.speedup
         dollars = (

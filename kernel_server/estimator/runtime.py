@@ -30,7 +30,6 @@ Rebuild the shipped file with ``qonductor train runtime`` (``main`` below).
 from __future__ import annotations
 
 import argparse
-import base64
 import datetime as _dt
 import hashlib
 import json
@@ -43,6 +42,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from kernel_server.estimator.forest import ModelFileError, TreeForest
+
+__all__ = ["ModelFileError", "RuntimeModel", "main", "train_runtime"]
 
 FEATURES: tuple[str, ...] = ("two_qubit_gates", "depth", "num_qubits", "shots", "num_circuits")
 TARGET = "time_taken_s"
@@ -85,10 +88,6 @@ SINGLE_SHOT_TOLERANCE_S = 1.0
 MULTI_SHOT_TOLERANCE_S = 0.0
 # A regime with fewer rows than this borrows all rows (tiny or one-sided training sets).
 MIN_REGIME_ROWS = 20
-
-
-class ModelFileError(FileNotFoundError):
-    """The runtime model file is missing or unreadable."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -178,119 +177,6 @@ def _shorth_rows(p: np.ndarray, half_window: float, chunk: int = 2048) -> np.nda
 # --------------------------------------------------------------------------------------------
 
 
-def _encode(a: np.ndarray) -> dict[str, Any]:
-    a = np.ascontiguousarray(a)
-    blob = base64.b64encode(zlib.compress(a.tobytes(), 9)).decode("ascii")
-    return {"dtype": a.dtype.str, "shape": list(a.shape), "zlib_base64": blob}
-
-
-def _decode(d: dict[str, Any]) -> np.ndarray:
-    dtype = np.dtype(d["dtype"])
-    if dtype.kind not in "iuf":  # never object arrays: this file must not run code
-        raise ValueError(f"unexpected dtype {dtype}")
-    raw = zlib.decompress(base64.b64decode(d["zlib_base64"]))
-    return np.frombuffer(raw, dtype=dtype).reshape(d["shape"]).copy()
-
-
-@dataclass
-class _Forest:
-    """Trees in pre-order: a split node's left child is the next node, ``right`` holds the other.
-
-    ``feature`` is -1 at leaves; ``value`` is the split threshold (x <= value goes left) or, at a
-    leaf, the leaf's prediction. ``roots`` indexes the first node of each tree.
-    """
-
-    feature: np.ndarray  # int8
-    value: np.ndarray  # float32
-    right: np.ndarray  # int32
-    roots: np.ndarray  # int32
-
-    def leaf_values(self, x: np.ndarray) -> np.ndarray:
-        """(n_rows, n_trees) leaf predictions for float32 features ``x``."""
-        n = len(x)
-        idx = np.broadcast_to(self.roots, (n, len(self.roots))).copy()
-        rows = np.arange(n)[:, None]
-        while True:
-            feat = self.feature[idx]
-            split = feat >= 0
-            if not split.any():
-                break
-            go_left = x[rows, np.maximum(feat, 0)] <= self.value[idx]
-            idx = np.where(split, np.where(go_left, idx + 1, self.right[idx]), idx)
-        return self.value[idx].astype(np.float64)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "trees": len(self.roots),
-            "nodes": len(self.feature),
-            "feature": _encode(self.feature),
-            "value": _encode(self.value),
-            "right": _encode(self.right),
-            "roots": _encode(self.roots),
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> _Forest:
-        forest = cls(
-            feature=_decode(d["feature"]).astype(np.int8),
-            value=_decode(d["value"]).astype(np.float32),
-            right=_decode(d["right"]).astype(np.int64),
-            roots=_decode(d["roots"]).astype(np.int64),
-        )
-        n = len(forest.feature)
-        if not (len(forest.value) == len(forest.right) == n) or len(forest.roots) == 0:
-            raise ValueError("forest arrays disagree in length")
-        split = forest.feature >= 0
-        # Every split must point inside the array, or walking the trees would not terminate.
-        inside = (forest.right[split] > np.nonzero(split)[0]) & (forest.right[split] < n)
-        if not inside.all() or (forest.roots < 0).any() or (forest.roots >= n).any():
-            raise ValueError("forest child indices out of range")
-        return forest
-
-    @classmethod
-    def from_sklearn(cls, trees: Sequence[Any], leaf_values: Sequence[np.ndarray]) -> _Forest:
-        """Export fitted sklearn trees; ``leaf_values[k][node]`` replaces tree k's leaf outputs."""
-        feats: list[np.ndarray] = []
-        vals: list[np.ndarray] = []
-        rights: list[np.ndarray] = []
-        roots: list[int] = []
-        offset = 0
-        for tree, lv in zip(trees, leaf_values, strict=True):
-            t = tree.tree_
-            order: list[int] = []
-            stack = [0]
-            while stack:  # pre-order walk, left subtree first
-                node = stack.pop()
-                order.append(node)
-                if t.children_left[node] >= 0:
-                    stack.append(int(t.children_right[node]))
-                    stack.append(int(t.children_left[node]))
-            order_a = np.asarray(order)
-            new_pos = np.empty(t.node_count, dtype=np.int64)
-            new_pos[order_a] = np.arange(len(order_a)) + offset
-            is_split = t.children_left[order_a] >= 0
-            feature = np.where(is_split, t.feature[order_a], -1).astype(np.int8)
-            thr = t.threshold[order_a]
-            # sklearn tests float32 x <= float64 threshold; the largest float32 not above the
-            # threshold gives the same answer for every float32 x.
-            thr32 = thr.astype(np.float32)
-            too_big = thr32.astype(np.float64) > thr
-            thr32[too_big] = np.nextafter(thr32[too_big], np.float32(-np.inf))
-            value = np.where(is_split, thr32, np.asarray(lv)[order_a]).astype(np.float32)
-            right = np.where(is_split, new_pos[np.maximum(t.children_right[order_a], 0)], -1)
-            feats.append(feature)
-            vals.append(value)
-            rights.append(right.astype(np.int32))
-            roots.append(offset)
-            offset += len(order_a)
-        return cls(
-            feature=np.concatenate(feats),
-            value=np.concatenate(vals),
-            right=np.concatenate(rights).astype(np.int64),
-            roots=np.asarray(roots, dtype=np.int64),
-        )
-
-
 # --------------------------------------------------------------------------------------------
 # The model
 # --------------------------------------------------------------------------------------------
@@ -305,7 +191,7 @@ class _Regime:
     """
 
     kind: str
-    forest: _Forest
+    forest: TreeForest
     half_window_s: float
     shot_grid: tuple[float, ...] = ()
     shot_tolerance_s: float = 0.0
@@ -348,7 +234,7 @@ class _Regime:
             raise ValueError(f"regime kind {d.get('kind')!r}, expected {kind!r}")
         return cls(
             kind=kind,
-            forest=_Forest.from_json(d["forest"]),
+            forest=TreeForest.from_json(d["forest"]),
             half_window_s=float(d["half_window_s"]),
             shot_grid=tuple(float(v) for v in d["shot_grid"]),
             shot_tolerance_s=float(d["shot_tolerance_s"]),
@@ -489,7 +375,7 @@ def grouped_folds(
     ]
 
 
-def _fit_single(x: np.ndarray, y: np.ndarray, seed: int) -> _Forest:
+def _fit_single(x: np.ndarray, y: np.ndarray, seed: int) -> TreeForest:
     from sklearn.ensemble import ExtraTreesRegressor
 
     feats = _single_features(x)
@@ -511,10 +397,10 @@ def _fit_single(x: np.ndarray, y: np.ndarray, seed: int) -> _Forest:
         for leaf, lo, hi in zip(ids, starts, ends, strict=True):
             lv[leaf] = _shorth_centre(y[order[lo:hi]], SINGLE_HALF_WINDOW_S)
         leaf_values.append(lv)
-    return _Forest.from_sklearn(model.estimators_, leaf_values)
+    return TreeForest.from_sklearn(model.estimators_, leaf_values)
 
 
-def _fit_multi(x: np.ndarray, y: np.ndarray, seed: int) -> _Forest:
+def _fit_multi(x: np.ndarray, y: np.ndarray, seed: int) -> TreeForest:
     from sklearn.ensemble import ExtraTreesRegressor
 
     # One row per distinct job (median of its reruns), so a job run 17 times does not outvote
@@ -532,7 +418,7 @@ def _fit_multi(x: np.ndarray, y: np.ndarray, seed: int) -> _Forest:
         random_state=seed,
         n_jobs=-1,
     ).fit(_multi_features(xg), target)
-    return _Forest.from_sklearn(
+    return TreeForest.from_sklearn(
         model.estimators_, [t.tree_.value[:, 0, 0] for t in model.estimators_]
     )
 

@@ -74,12 +74,35 @@ def execute_on_device(
     return Execution(cloudpickle.dumps(results), methods)
 
 
+def plan_step(circuits_blob: bytes, fleet: list[str], shots: int, k: int = 3) -> list[dict]:
+    """Resource plans for a quantum step's first circuit over the fleet's templates.
+
+    Advice shown with the results, not a condition for running: a circuit the estimator cannot
+    take (a gate mitiq cannot convert, a model file missing) gives ``[{"error": ...}]`` and the
+    job runs on the placement's choice regardless.
+    """
+    from kernel_server.estimator.plans import resource_plans, templates_for
+
+    try:
+        circuit = cloudpickle.loads(circuits_blob)[0]
+        plans = resource_plans(circuit, k, backends=templates_for(fleet).values(), shots=shots)
+    except Exception as exc:  # reported under the cell; the job itself goes on
+        return [{"error": f"{type(exc).__name__}: {exc}"}]
+    return [plan.to_dict() for plan in plans]
+
+
 def warm_up(devices: list[str]) -> int:
     """Load the backends once per process so the first job does not pay for it."""
     from kernel_server.workers.devices import load_backend
 
     for d in devices:
         load_backend(d)
+    try:  # the templates resource plans are made over (0.5-2 s for the default fleet)
+        from kernel_server.estimator.plans import templates_for
+
+        templates_for(devices)
+    except Exception:  # plan_step reports the same failure where the user sees it
+        pass
     # The fake backends are long-lived objects by the hundred thousand (~150k for fake_sherbrooke
     # and fake_kolkata): every full collection walked them again, a 0.12 s pause on ~10 ms jobs
     # (7 us once frozen). Collect first so the loading's garbage is not frozen with them.

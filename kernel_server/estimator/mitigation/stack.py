@@ -184,10 +184,24 @@ class MitigationStack:
     # -- construct / combine -------------------------------------------------------------
 
     def construct(
-        self, circuit: QuantumCircuit, observable: Observable | None = None
+        self,
+        circuit: QuantumCircuit,
+        observable: Observable | None = None,
+        *,
+        per_outcome: bool = False,
     ) -> MitigationPlan:
-        """All circuits to run for ``circuit`` (virtual, with measurements)."""
-        if observable is None and self.needs_observable():
+        """All circuits to run for ``circuit`` (virtual, with measurements).
+
+        ``per_outcome`` plans for :meth:`combine_distribution` (no observable needed)."""
+        if per_outcome:
+            if any(t.adds_midcircuit_measurements for t in self.techniques):
+                raise ValueError(
+                    f"{self!r}: no outcome distribution through a technique that measures "
+                    "mid-circuit (its subexperiments do not measure the job's outcomes)"
+                )
+            if observable is not None:
+                raise ValueError("per-outcome combination takes no observable")
+        elif observable is None and self.needs_observable():
             raise ValueError(f"{self!r} returns or combines expectation values: give an observable")
         spo = None if observable is None else as_observable(observable)
         if spo is not None and (self._converts or self.output_kind == DISTRIBUTION):
@@ -198,6 +212,7 @@ class MitigationStack:
                         f"observable term {pauli.to_label()} is not diagonal; {self!r} reads it "
                         "from counts: add the basis change to the circuit and measure Z"
                     )
+        circuit = standard_gates(circuit)
         anchors = [circuit]
         root = _Node(circuit, anchor=0, shots_ratio=1.0)
         leaves: list[_Node] = []
@@ -265,6 +280,39 @@ class MitigationStack:
             return normalize(value)
         return float(value)
 
+    def combine_distribution(self, results: Sequence[Counts], plan: MitigationPlan) -> Counts:
+        """The mitigated outcome distribution, for a plan made with ``per_outcome=True``.
+
+        The probability of each outcome is the expectation value of its projector, so an
+        expectation technique (ZNE, PEC) combines each outcome's probability separately: ZNE
+        extrapolates every probability to zero noise, PEC takes the signed quasi-probability sum
+        of every probability. Linear and distribution techniques work as in :meth:`combine`.
+        Negative estimates are clipped and the rest renormalised (the fidelity model's ground
+        truth for expectation techniques is the Hellinger fidelity of this distribution).
+        """
+        if len(results) != len(plan.circuits):
+            raise ValueError(f"{len(results)} results for {len(plan.circuits)} circuits")
+
+        def value_of(node: _Node, level: int) -> dict[str, float]:
+            if node.leaf is not None:
+                return normalize(results[node.leaf])
+            technique = self.techniques[level]
+            values = [value_of(child, level + 1) for child in node.children]
+            if technique.linear or technique.kind == DISTRIBUTION:
+                return normalize(technique.combine_results(values, node.config, node.context))
+            keys = sorted(set().union(*values))
+            return {
+                key: technique.combine_results(
+                    [v.get(key, 0.0) for v in values], node.config, node.context
+                )
+                for key in keys
+            }
+
+        combined = {k: v for k, v in value_of(plan.root, 0).items() if v > 0}
+        if not combined:
+            raise ValueError(f"{self!r}: every outcome's estimate is negative or zero")
+        return normalize(combined)
+
     def overhead(self, circuit: QuantumCircuit, observable: Observable | None = None) -> Overhead:
         """Circuits and shots multiply through the stack; classical time adds up, each inner
         technique's counted once per circuit it is applied to. Each technique is costed on the
@@ -275,6 +323,24 @@ class MitigationStack:
         for technique in self.techniques:
             total = total.then(technique.overhead(circuit, self._config(technique, spo)))
         return total
+
+
+# OpenQASM 2 standard gates: mitiq converts circuits through QASM 2 (and into Cirq), so library
+# gates (QFT, QPE's controlled powers, MQT Bench's custom blocks) must be unrolled first.
+QASM2_GATES = frozenset(
+    "u u1 u2 u3 p id x y z h s sdg t tdg sx sxdg rx ry rz cx cy cz ch swap ccx cswap crx cry "
+    "crz cu1 cu3 cp rxx rzz ecr measure barrier reset delay".split()
+)
+
+
+def standard_gates(circuit: QuantumCircuit) -> QuantumCircuit:
+    """``circuit`` with every gate outside ``QASM2_GATES`` unrolled into them (or unchanged)."""
+    if set(circuit.count_ops()) <= QASM2_GATES:
+        return circuit
+    from qiskit import transpile
+
+    basis = sorted(QASM2_GATES - {"measure", "barrier", "reset", "delay"})
+    return transpile(circuit, basis_gates=basis, optimization_level=0)
 
 
 # What parse_stack (and run_mitigated) take.
@@ -443,12 +509,16 @@ def run_mitigated_detailed(
     schedule: bool = True,
     transpile_seed: int = 0,
     exact: bool = False,
+    per_outcome: bool = False,
 ) -> MitigatedRun:
-    """:func:`run_mitigated`, also returning the plan, the raw counts and the shots."""
+    """:func:`run_mitigated`, also returning the plan, the raw counts and the shots.
+
+    ``per_outcome`` returns the mitigated outcome distribution of any stack without cutting
+    (:meth:`MitigationStack.combine_distribution`) instead of an expectation value."""
     from kernel_server.workers.aer_sim import noisy_probabilities, run_noisy
 
     mitigation = parse_stack(stack)
-    plan = mitigation.construct(circuit, observable)
+    plan = mitigation.construct(circuit, observable, per_outcome=per_outcome)
     layouts = [choose_layout(anchor, backend, transpile_seed) for anchor in plan.anchors]
     shots_each = plan.shots_for(shots)
     counts: list[Any] = []
@@ -462,7 +532,8 @@ def run_mitigated_detailed(
             counts.append(
                 run_noisy(backend, transpiled, shots_each[index], _leaf_seed(seed, index))
             )
-    return MitigatedRun(mitigation.combine(counts, plan), plan, counts, shots_each)
+    combine = mitigation.combine_distribution if per_outcome else mitigation.combine
+    return MitigatedRun(combine(counts, plan), plan, counts, shots_each)
 
 
 def run_mitigated(

@@ -1,0 +1,240 @@
+"""Training the fidelity model: ``qonductor train fidelity``.
+
+Generates (or reuses) the runs of ``fidelity_data``, scores the model on circuit families it never
+saw (leave-families-out folds, so a family's sizes cannot leak between train and test), fits on all
+runs and writes the model file the package ships.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kernel_server.estimator.fidelity import (
+    DEFAULT_MODEL_PATH,
+    FidelityModel,
+    as_matrix,
+    model_features,
+    unknown_ideal_features,
+)
+
+# Gradient boosting, chosen on leave-families-out CV (see train_fidelity): shallow trees and many
+# rounds generalise to unseen families better than a forest of deep trees, which memorises them.
+TREES = 300
+LEARNING_RATE = 0.05
+MAX_DEPTH = 4
+MIN_LEAF = 5
+SUBSAMPLE = 0.8
+CV_FOLDS = 5
+
+
+def masked(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Copies of ``rows`` as a circuit too wide for the ideal summary would look."""
+    return [{**row, **unknown_ideal_features(int(row["measured_bits"]))} for row in rows]
+
+
+def fit_fidelity_model(
+    rows: Sequence[Mapping[str, Any]], seed: int = 0, metadata: dict | None = None
+) -> FidelityModel:
+    """Gradient boosting on ``rows`` plus their masked copies (see the module docstring)."""
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    features = model_features()
+    data = list(rows) + masked(rows)
+    x = as_matrix(data, features)
+    y = np.asarray([float(r["hellinger_fidelity"]) for r in data])
+    gbr = GradientBoostingRegressor(
+        n_estimators=TREES,
+        learning_rate=LEARNING_RATE,
+        max_depth=MAX_DEPTH,
+        min_samples_leaf=MIN_LEAF,
+        subsample=SUBSAMPLE,
+        random_state=seed,
+    )
+    gbr.fit(x, y)
+    return FidelityModel.from_sklearn(gbr, features, metadata)
+
+
+def evaluate(
+    rows: Sequence[Mapping[str, Any]], predicted: np.ndarray, tolerance: float = 0.05
+) -> dict[str, float]:
+    """The issue's figures for predictions of ``rows`` (against their Hellinger fidelity).
+
+    Unmitigated rows: the share within ``tolerance``, for the model and the numerical baseline.
+    Mitigated rows: mean absolute error of the model and of the numerical baseline (which
+    ignores mitigation) and how much lower the model's is.
+    """
+    truth = np.asarray([float(r["hellinger_fidelity"]) for r in rows])
+    baseline = np.asarray([float(r["numerical_fidelity"]) for r in rows])
+    mitigated = np.asarray([r["stack"] != "none" for r in rows])
+    err = np.abs(np.asarray(predicted) - truth)
+    base_err = np.abs(baseline - truth)
+    plain = ~mitigated
+    model_mae = float(err[mitigated].mean()) if mitigated.any() else float("nan")
+    base_mae = float(base_err[mitigated].mean()) if mitigated.any() else float("nan")
+    return {
+        "rows": int(len(rows)),
+        "unmitigated_rows": int(plain.sum()),
+        "mitigated_rows": int(mitigated.sum()),
+        "unmitigated_within": float(np.mean(err[plain] <= tolerance)) if plain.any() else 0.0,
+        "baseline_unmitigated_within": float(np.mean(base_err[plain] <= tolerance))
+        if plain.any()
+        else 0.0,
+        "unmitigated_mae": float(err[plain].mean()) if plain.any() else float("nan"),
+        "baseline_unmitigated_mae": float(base_err[plain].mean()) if plain.any() else float("nan"),
+        "mitigated_mae": model_mae,
+        "baseline_mitigated_mae": base_mae,
+        "mitigated_mae_reduction": 1.0 - model_mae / base_mae if base_mae else float("nan"),
+        "tolerance": tolerance,
+    }
+
+
+def family_folds(
+    rows: Sequence[Mapping[str, Any]], n_splits: int = CV_FOLDS, seed: int = 0
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Leave-families-out folds: every circuit family is tested by a model that never saw it."""
+    families = sorted({str(r["family"]) for r in rows})
+    order = np.random.default_rng(seed).permutation(len(families))
+    fold_of = {families[i]: k % n_splits for k, i in enumerate(order)}
+    labels = np.asarray([fold_of[str(r["family"])] for r in rows])
+    return [
+        (np.flatnonzero(labels != k), np.flatnonzero(labels == k))
+        for k in range(min(n_splits, len(families)))
+    ]
+
+
+def cross_validate(
+    rows: Sequence[Mapping[str, Any]], n_splits: int = CV_FOLDS, seed: int = 0
+) -> dict[str, Any]:
+    """Leave-families-out predictions for every row, with ideal features known and masked."""
+    rows = list(rows)
+    known = np.full(len(rows), np.nan)
+    unknown = np.full(len(rows), np.nan)
+    masked_rows = masked(rows)
+    for train_idx, test_idx in family_folds(rows, n_splits, seed):
+        model = fit_fidelity_model([rows[i] for i in train_idx], seed=seed)
+        known[test_idx] = model.predict([rows[i] for i in test_idx])
+        unknown[test_idx] = model.predict([masked_rows[i] for i in test_idx])
+    return {
+        "scheme": f"{n_splits} folds of whole circuit families (seed {seed})",
+        "families": len({r["family"] for r in rows}),
+        "ideal_known": evaluate(rows, known),
+        "ideal_unknown": evaluate(rows, unknown),
+        "predictions": known,
+        "predictions_unknown": unknown,
+    }
+
+
+def train_fidelity(
+    data_path: str | Path, out_path: str | Path = DEFAULT_MODEL_PATH, seed: int = 0
+) -> dict[str, Any]:
+    """Cross-validate, fit on all rows, save; return the CV report."""
+    import datetime as dt
+    import hashlib
+
+    import sklearn
+
+    from kernel_server.estimator.fidelity_data import load_rows
+
+    data_path = Path(data_path)
+    rows = load_rows(data_path)
+    if len({r["family"] for r in rows}) < 2:
+        raise ValueError(f"{data_path}: need rows of at least two circuit families")
+    cv = cross_validate(rows, seed=seed)
+    cv.pop("predictions")
+    cv.pop("predictions_unknown")
+    metadata = {
+        "trained_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "training_rows": len(rows),
+        "families": sorted({r["family"] for r in rows}),
+        "backends": sorted({r["backend"] for r in rows}),
+        "stacks": sorted({r["stack"] for r in rows}),
+        "data_file": data_path.name,
+        "data_sha256": hashlib.sha256(data_path.read_bytes()).hexdigest(),
+        "seed": seed,
+        "sklearn_version": sklearn.__version__,
+        "hyperparameters": {
+            "trees": TREES,
+            "learning_rate": LEARNING_RATE,
+            "max_depth": MAX_DEPTH,
+            "min_samples_leaf": MIN_LEAF,
+            "subsample": SUBSAMPLE,
+        },
+        "cv": cv,
+    }
+    fit_fidelity_model(rows, seed=seed, metadata=metadata).save(out_path)
+    return {"data": str(data_path), "out": str(out_path), "rows": len(rows), "cv": cv}
+
+
+def format_report(report: dict[str, Any]) -> str:
+    cv = report["cv"]
+    lines = [
+        f"trained on {report['rows']} runs of {cv['families']} circuit families "
+        f"from {report['data']}",
+        f"saved to {report['out']}",
+        f"held-out families ({cv['scheme']}):",
+    ]
+    for label, key in (("ideal known", "ideal_known"), ("ideal unknown", "ideal_unknown")):
+        e = cv[key]
+        lines.append(
+            f"  {label:13s} unmitigated within {e['tolerance']}: {e['unmitigated_within']:.1%} "
+            f"(numerical {e['baseline_unmitigated_within']:.1%}); mitigated MAE "
+            f"{e['mitigated_mae']:.3f} vs numerical {e['baseline_mitigated_mae']:.3f} "
+            f"({e['mitigated_mae_reduction']:.0%} lower)"
+        )
+    return "\n".join(lines)
+
+
+# Our own generated runs (not IBM data): committed so the benchmark and a retrain need no 40-minute
+# generation; `--regenerate` makes them again from scratch.
+DEFAULT_DATA_PATH = (
+    Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "fidelity_runs.csv.gz"
+)
+
+
+def _csv_list(text: str | None, kind: type = str) -> list[Any] | None:
+    return None if not text else [kind(part.strip()) for part in text.split(",") if part.strip()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``qonductor train fidelity [--data PATH] [--regenerate] [--workers N] [--out PATH]``."""
+    from kernel_server.estimator import fidelity_data
+
+    parser = argparse.ArgumentParser(
+        prog="qonductor train fidelity",
+        description="Run MQT Bench circuits with and without mitigation on noisy simulated IBM "
+        "devices (unless --data already holds such runs), then train the fidelity model.",
+    )
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA_PATH, help="runs CSV (.gz ok)")
+    parser.add_argument("--regenerate", action="store_true", help="make the runs again")
+    parser.add_argument("--resume", action="store_true", help="add the runs --data lacks")
+    parser.add_argument("--workers", type=int, default=2, help="processes for the runs")
+    parser.add_argument("--families", help="comma-separated MQT Bench families (default: all)")
+    parser.add_argument("--sizes", help="comma-separated qubit counts (default: 3-9)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_MODEL_PATH)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.regenerate or args.resume or not args.data.is_file():
+        todo = fidelity_data.tasks(
+            _csv_list(args.families) or fidelity_data.FAMILIES,
+            _csv_list(args.sizes, int) or fidelity_data.SIZES,
+            seed=args.seed,
+        )
+        print(f"running {len(todo)} circuits into {args.data} ({args.workers} processes)")
+        fidelity_data.generate(args.data, todo, workers=args.workers, resume=args.resume)
+    try:
+        report = train_fidelity(args.data, args.out, seed=args.seed)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_report(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

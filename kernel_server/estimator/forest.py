@@ -1,0 +1,134 @@
+"""Tree ensembles stored as plain arrays, so prediction needs numpy only (no pickle, no sklearn).
+
+scikit-learn's fitted trees are exported in pre-order into four arrays and written to JSON
+(zlib-compressed, base64-encoded); loading checks every index so that a damaged file cannot send
+the tree walk out of bounds or into a loop, and refuses object arrays, so a model file never runs
+code. Used by the runtime and fidelity models.
+"""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+class ModelFileError(FileNotFoundError):
+    """A shipped model file is missing or unreadable."""
+
+
+def encode_array(a: np.ndarray) -> dict[str, Any]:
+    a = np.ascontiguousarray(a)
+    blob = base64.b64encode(zlib.compress(a.tobytes(), 9)).decode("ascii")
+    return {"dtype": a.dtype.str, "shape": list(a.shape), "zlib_base64": blob}
+
+
+def decode_array(d: dict[str, Any]) -> np.ndarray:
+    dtype = np.dtype(d["dtype"])
+    if dtype.kind not in "iuf":  # never object arrays: this file must not run code
+        raise ValueError(f"unexpected dtype {dtype}")
+    raw = zlib.decompress(base64.b64decode(d["zlib_base64"]))
+    return np.frombuffer(raw, dtype=dtype).reshape(d["shape"]).copy()
+
+
+@dataclass
+class TreeForest:
+    """Trees in pre-order: a split node's left child is the next node, ``right`` holds the other.
+
+    ``feature`` is -1 at leaves; ``value`` is the split threshold (x <= value goes left) or, at a
+    leaf, the leaf's prediction. ``roots`` indexes the first node of each tree.
+    """
+
+    feature: np.ndarray  # int8
+    value: np.ndarray  # float32
+    right: np.ndarray  # int32
+    roots: np.ndarray  # int32
+
+    def leaf_values(self, x: np.ndarray) -> np.ndarray:
+        """(n_rows, n_trees) leaf predictions for float32 features ``x``."""
+        n = len(x)
+        idx = np.broadcast_to(self.roots, (n, len(self.roots))).copy()
+        rows = np.arange(n)[:, None]
+        while True:
+            feat = self.feature[idx]
+            split = feat >= 0
+            if not split.any():
+                break
+            go_left = x[rows, np.maximum(feat, 0)] <= self.value[idx]
+            idx = np.where(split, np.where(go_left, idx + 1, self.right[idx]), idx)
+        return self.value[idx].astype(np.float64)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trees": len(self.roots),
+            "nodes": len(self.feature),
+            "feature": encode_array(self.feature),
+            "value": encode_array(self.value),
+            "right": encode_array(self.right),
+            "roots": encode_array(self.roots),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TreeForest:
+        forest = cls(
+            feature=decode_array(d["feature"]).astype(np.int8),
+            value=decode_array(d["value"]).astype(np.float32),
+            right=decode_array(d["right"]).astype(np.int64),
+            roots=decode_array(d["roots"]).astype(np.int64),
+        )
+        n = len(forest.feature)
+        if not (len(forest.value) == len(forest.right) == n) or len(forest.roots) == 0:
+            raise ValueError("forest arrays disagree in length")
+        split = forest.feature >= 0
+        # Every split must point inside the array, or walking the trees would not terminate.
+        inside = (forest.right[split] > np.nonzero(split)[0]) & (forest.right[split] < n)
+        if not inside.all() or (forest.roots < 0).any() or (forest.roots >= n).any():
+            raise ValueError("forest child indices out of range")
+        return forest
+
+    @classmethod
+    def from_sklearn(cls, trees: Sequence[Any], leaf_values: Sequence[np.ndarray]) -> TreeForest:
+        """Export fitted sklearn trees; ``leaf_values[k][node]`` replaces tree k's leaf outputs."""
+        feats: list[np.ndarray] = []
+        vals: list[np.ndarray] = []
+        rights: list[np.ndarray] = []
+        roots: list[int] = []
+        offset = 0
+        for tree, lv in zip(trees, leaf_values, strict=True):
+            t = tree.tree_
+            order: list[int] = []
+            stack = [0]
+            while stack:  # pre-order walk, left subtree first
+                node = stack.pop()
+                order.append(node)
+                if t.children_left[node] >= 0:
+                    stack.append(int(t.children_right[node]))
+                    stack.append(int(t.children_left[node]))
+            order_a = np.asarray(order)
+            new_pos = np.empty(t.node_count, dtype=np.int64)
+            new_pos[order_a] = np.arange(len(order_a)) + offset
+            is_split = t.children_left[order_a] >= 0
+            feature = np.where(is_split, t.feature[order_a], -1).astype(np.int8)
+            thr = t.threshold[order_a]
+            # sklearn tests float32 x <= float64 threshold; the largest float32 not above the
+            # threshold gives the same answer for every float32 x.
+            thr32 = thr.astype(np.float32)
+            too_big = thr32.astype(np.float64) > thr
+            thr32[too_big] = np.nextafter(thr32[too_big], np.float32(-np.inf))
+            value = np.where(is_split, thr32, np.asarray(lv)[order_a]).astype(np.float32)
+            right = np.where(is_split, new_pos[np.maximum(t.children_right[order_a], 0)], -1)
+            feats.append(feature)
+            vals.append(value)
+            rights.append(right.astype(np.int32))
+            roots.append(offset)
+            offset += len(order_a)
+        return cls(
+            feature=np.concatenate(feats),
+            value=np.concatenate(vals),
+            right=np.concatenate(rights).astype(np.int64),
+            roots=np.asarray(roots, dtype=np.int64),
+        )

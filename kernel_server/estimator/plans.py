@@ -1,0 +1,386 @@
+"""Estimates and resource plans for one quantum step (paper §6).
+
+:func:`estimate` answers "what would running this circuit on that QPU with that mitigation give":
+the learned fidelity (``fidelity.FidelityModel``), the QPU time of every circuit the mitigation
+runs (``runtime.RuntimeModel``, trained on real IBM runtimes), the classical post-processing time
+of the stack on an accelerator (each technique's ``Overhead`` model over the accelerator's
+speedup) and the price (``prices.PriceTable``).
+
+:func:`resource_plans` asks that question for every (QPU template x mitigation stack x classical
+accelerator) and returns the plans best-first: Pareto rank over (fidelity up, total time down,
+cost down), then, within a rank, the spread ordering NSGA-II uses (the extremes of each objective
+first, then the plans in the sparsest regions), so the first ``k`` show the trade-off rather than
+``k`` near-copies of one plan.
+
+Everything per circuit is computed once (the ideal distribution's summary), everything per
+template once (layout, compilation, features), and the two models predict all rows in one batch.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from qiskit import QuantumCircuit
+from qiskit.providers import BackendV2
+
+from kernel_server.estimator.features import CircuitFeatures, circuit_features, runtime_frame
+from kernel_server.estimator.fidelity import (
+    FidelityModel,
+    IdealSummary,
+    compile_for,
+    ideal_summary,
+    measured_bits,
+    model_row,
+    stack_features,
+    unknown_ideal_features,
+)
+from kernel_server.estimator.mitigation.stack import MitigationStack, StackSpec, parse_stack
+from kernel_server.estimator.pareto import pareto_ranks
+from kernel_server.estimator.prices import PriceTable
+
+# The stacks plans are made of: what the fidelity model was trained on (fidelity_data.STACKS).
+PLAN_STACKS: tuple[str, ...] = (
+    "none",
+    "rem",
+    "dd",
+    "dd+rem",
+    "twirl",
+    "twirl+rem+dd",
+    "zne",
+    "zne+rem",
+    "pec",
+)
+
+
+NO_ACCELERATOR = "none"  # plans without classical post-processing
+
+
+class CircuitNotEstimable(ValueError):
+    """A circuit the estimator cannot take as it is (unmeasured, unbound parameters, ...)."""
+
+
+def check_circuit(circuit: Any) -> QuantumCircuit:
+    """Raise :class:`CircuitNotEstimable` with what to do, or return the circuit."""
+    if not isinstance(circuit, QuantumCircuit):
+        raise CircuitNotEstimable(f"expected a qiskit QuantumCircuit, got {type(circuit).__name__}")
+    if circuit.num_parameters:
+        names = ", ".join(p.name for p in list(circuit.parameters)[:5])
+        raise CircuitNotEstimable(
+            f"circuit {circuit.name!r} has {circuit.num_parameters} unbound parameter(s) "
+            f"({names}); bind them first with circuit.assign_parameters({{...}})"
+        )
+    if not any(ci.operation.name == "measure" for ci in circuit.data):
+        raise CircuitNotEstimable(
+            f"circuit {circuit.name!r} measures nothing; add circuit.measure_all() (or measure "
+            "the qubits whose outcomes you want)"
+        )
+    return circuit
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What one circuit on one QPU (or template) with one stack and accelerator would give."""
+
+    backend: str
+    mitigation: tuple[str, ...]  # technique names, outermost first; () is unmitigated
+    accelerator: str
+    shots: int
+    fidelity: float  # learned model: expected Hellinger fidelity to the ideal distribution
+    numerical_fidelity: float  # the baseline: product of (1 - error), blind to mitigation
+    quantum_seconds: float  # QPU time of every circuit the stack runs (runtime model)
+    classical_seconds: float  # post-processing wall time on the accelerator
+    cost: float  # dollars, from the price table
+    num_circuits: int
+    total_shots: int
+    transpiled: QuantumCircuit = field(repr=False, compare=False)
+    features: CircuitFeatures = field(repr=False, compare=False)
+
+    @property
+    def stack_name(self) -> str:
+        return "+".join(self.mitigation) or "none"
+
+    @property
+    def seconds(self) -> float:
+        """Quantum plus classical time, the runtime objective of plans."""
+        return self.quantum_seconds + self.classical_seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "mitigation": self.stack_name,
+            "accelerator": self.accelerator,
+            "shots": self.shots,
+            "fidelity": self.fidelity,
+            "numerical_fidelity": self.numerical_fidelity,
+            "quantum_seconds": self.quantum_seconds,
+            "classical_seconds": self.classical_seconds,
+            "cost": self.cost,
+            "num_circuits": self.num_circuits,
+            "total_shots": self.total_shots,
+        }
+
+
+@dataclass(frozen=True)
+class ResourcePlan:
+    """One Pareto-ranked choice for a quantum step."""
+
+    rank: int  # 0 = on the Pareto front
+    estimate: Estimate
+
+    def __getattr__(self, name: str) -> Any:  # plan.fidelity, plan.cost, ...
+        if name == "estimate":
+            raise AttributeError(name)
+        return getattr(self.estimate, name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, **self.estimate.to_dict()}
+
+
+# --------------------------------------------------------------------------------------------
+# Backends and models
+# --------------------------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_registries: dict[tuple[str, ...], Any] = {}
+
+
+def templates_for(fleet: Iterable[str] | None = None) -> dict[str, Any]:
+    """Template QPUs of ``fleet`` (default: the simulated default fleet), built once per fleet."""
+    from kernel_server.estimator.templates import TemplateRegistry
+    from kernel_server.workers.devices import DEFAULT_FLEET
+
+    names = tuple(sorted(fleet if fleet is not None else DEFAULT_FLEET))
+    with _lock:
+        registry = _registries.get(names)
+    if registry is None:
+        registry = TemplateRegistry(names)
+        with _lock:
+            _registries[names] = registry
+    return dict(registry.templates)
+
+
+def resolve_backend(backend: Any) -> tuple[str, BackendV2]:
+    """(name, backend) from a backend, a ``TemplateQPU``, a fake backend's name or a template's
+    name ("Eagle-127", of the default fleet)."""
+    from kernel_server.estimator.templates import TemplateQPU
+
+    if isinstance(backend, TemplateQPU):
+        return backend.name, backend.as_backend()
+    if isinstance(backend, BackendV2):
+        return backend.name, backend
+    if isinstance(backend, str):
+        templates = templates_for()
+        if backend in templates:
+            return backend, templates[backend].as_backend()
+        from kernel_server.workers.devices import available_backends, load_backend
+
+        try:
+            loaded = load_backend(backend)
+        except (KeyError, ValueError) as exc:
+            raise ValueError(
+                f"unknown backend {backend!r}: give a fake backend name "
+                f"(e.g. {', '.join(available_backends()[:3])}), a template "
+                f"({', '.join(templates)}) or a backend instance"
+            ) from exc
+        return loaded.name, loaded
+    raise TypeError(f"a backend is a BackendV2, a TemplateQPU or a name, not {backend!r}")
+
+
+def _runtime_model() -> Any:
+    from kernel_server.estimator.runtime import RuntimeModel
+
+    return RuntimeModel.load()
+
+
+# --------------------------------------------------------------------------------------------
+# Estimating
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Compiled:
+    name: str
+    backend: BackendV2
+    transpiled: QuantumCircuit
+    features: CircuitFeatures
+
+
+def _compile(circuit: QuantumCircuit, name: str, backend: BackendV2, shots: int) -> _Compiled:
+    transpiled = compile_for(circuit, backend)
+    return _Compiled(name, backend, transpiled, circuit_features(transpiled, backend.target, shots))
+
+
+def _ideal_features(ideal: IdealSummary | None, bits: int, log_fidelity: float) -> dict:
+    return unknown_ideal_features(bits) if ideal is None else ideal.features(log_fidelity)
+
+
+def _estimates(
+    circuit: QuantumCircuit,
+    compiled: Sequence[_Compiled],
+    stacks: Sequence[MitigationStack],
+    accelerators: Sequence[str],
+    shots: int,
+    prices: PriceTable,
+    fidelity_model: FidelityModel,
+    runtime_model: Any,
+) -> list[Estimate]:
+    ideal = ideal_summary(circuit)
+    bits = measured_bits(circuit)
+    per_stack = [
+        (stack, stack_features(stack, circuit), stack.overhead(circuit)) for stack in stacks
+    ]
+    rows, jobs, meta = [], [], []
+    for c in compiled:
+        ideal_row = _ideal_features(ideal, bits, c.features.log_fidelity)
+        for stack, s_features, overhead in per_stack:
+            total_shots = max(1, round(shots * overhead.shots_factor))
+            per_circuit = max(1, math.ceil(total_shots / overhead.num_circuits))
+            rows.append(model_row(c.features.to_dict(), ideal_row, s_features))
+            jobs.append(replace(c.features, shots=per_circuit, num_circuits=overhead.num_circuits))
+            meta.append((c, stack, overhead, total_shots))
+    fidelities = fidelity_model.predict(rows)
+    seconds = np.asarray(runtime_model.predict(runtime_frame(jobs)), dtype=float)
+    out: list[Estimate] = []
+    for (c, stack, overhead, total_shots), fid, q_seconds in zip(
+        meta, fidelities, seconds, strict=True
+    ):
+        # With no classical work the accelerator changes nothing: one plan, without one.
+        for accelerator in accelerators if overhead.classical_seconds > 0 else [NO_ACCELERATOR]:
+            c_seconds, dollars = prices.cost(
+                float(q_seconds), overhead.classical_seconds, accelerator
+            )
+            out.append(
+                Estimate(
+                    backend=c.name,
+                    mitigation=stack.names,
+                    accelerator=accelerator,
+                    shots=shots,
+                    fidelity=float(fid),
+                    numerical_fidelity=c.features.fidelity,
+                    quantum_seconds=float(q_seconds),
+                    classical_seconds=c_seconds,
+                    cost=dollars,
+                    num_circuits=overhead.num_circuits,
+                    total_shots=total_shots,
+                    transpiled=c.transpiled,
+                    features=c.features,
+                )
+            )
+    return out
+
+
+def _check_shots(shots: int) -> int:
+    if not isinstance(shots, (int, np.integer)) or isinstance(shots, bool) or shots < 1:
+        raise ValueError(f"shots must be a positive integer, got {shots!r}")
+    return int(shots)
+
+
+def estimate(
+    circuit: QuantumCircuit,
+    backend: Any,
+    mitigation: StackSpec = None,
+    shots: int = 4000,
+    *,
+    accelerator: str = "standard-vm",
+    prices: PriceTable | dict | None = None,
+    fidelity_model: FidelityModel | None = None,
+) -> Estimate:
+    """Estimate one run of ``circuit`` (measured, parameters bound) on ``backend``.
+
+    ``backend``: a backend instance, a fake backend's name, a ``TemplateQPU`` or a template name.
+    ``mitigation``: None, a technique name ("zne"), a stack ("twirl+rem+dd") or a list of names.
+    Raises ``CircuitNotEstimable``, ``CircuitTooWideError``, ``UnknownMitigation`` (a
+    ``ValueError`` naming the valid techniques) or ``ModelFileError`` with what to do.
+    """
+    shots = _check_shots(shots)
+    check_circuit(circuit)
+    name, device = resolve_backend(backend)
+    stack = parse_stack(mitigation)
+    table = prices if isinstance(prices, PriceTable) else PriceTable.from_dict(prices)
+    table.accelerator(accelerator)  # unknown accelerator: a clear error before any work
+    model = fidelity_model or FidelityModel.load()
+    runtime_model = _runtime_model()
+    compiled = [_compile(circuit, name, device, shots)]
+    return _estimates(
+        circuit, compiled, [stack], [accelerator], shots, table, model, runtime_model
+    )[0]
+
+
+def resource_plans(
+    circuit: QuantumCircuit,
+    k: int | None = 3,
+    *,
+    backends: Iterable[Any] | None = None,
+    stacks: Iterable[StackSpec] = PLAN_STACKS,
+    accelerators: Iterable[str] | None = None,
+    shots: int = 4000,
+    prices: PriceTable | dict | None = None,
+    fidelity_model: FidelityModel | None = None,
+) -> list[ResourcePlan]:
+    """The best ``k`` plans (all of them when ``k`` is None), best-first.
+
+    ``backends``: QPUs or templates to consider (default: the templates of the default fleet);
+    those narrower than the circuit are left out, and if none is wide enough the error says so.
+    """
+    shots = _check_shots(shots)
+    check_circuit(circuit)
+    if k is not None and k < 1:
+        raise ValueError(f"k must be at least 1 (or None for every plan), got {k}")
+    candidates = [
+        resolve_backend(b) for b in (backends if backends is not None else templates_for().values())
+    ]
+    fitting = [(n, b) for n, b in candidates if b.num_qubits >= circuit.num_qubits]
+    if not fitting:
+        from kernel_server.estimator.numerical import CircuitTooWideError
+
+        widest = max(candidates, key=lambda nb: nb[1].num_qubits)
+        raise CircuitTooWideError(circuit.num_qubits, widest[0], widest[1].num_qubits)
+    parsed = [parse_stack(s) for s in stacks]
+    table = prices if isinstance(prices, PriceTable) else PriceTable.from_dict(prices)
+    names = list(accelerators) if accelerators is not None else list(table.accelerators)
+    for accelerator in names:
+        table.accelerator(accelerator)
+    model = fidelity_model or FidelityModel.load()
+    runtime_model = _runtime_model()
+    compiled = [_compile(circuit, n, b, shots) for n, b in fitting]
+    estimates = _estimates(circuit, compiled, parsed, names, shots, table, model, runtime_model)
+    plans = rank_plans(estimates)
+    return plans if k is None else plans[:k]
+
+
+def rank_plans(estimates: Sequence[Estimate]) -> list[ResourcePlan]:
+    """Pareto rank over (fidelity up, seconds down, cost down), spread order within a rank."""
+    if not estimates:
+        return []
+    objectives = np.asarray([[-e.fidelity, e.seconds, e.cost] for e in estimates], dtype=float)
+    ranks = np.asarray(pareto_ranks(objectives))
+    order: list[int] = []
+    for rank in range(int(ranks.max()) + 1):
+        members = np.flatnonzero(ranks == rank)
+        crowding = _crowding(objectives[members])
+        # Widest spread first; ties (and the interior) by fidelity.
+        members = sorted(
+            members, key=lambda i: (-crowding[list(members).index(i)], objectives[i][0])
+        )
+        order.extend(int(i) for i in members)
+    return [ResourcePlan(int(ranks[i]), estimates[i]) for i in order]
+
+
+def _crowding(points: np.ndarray) -> np.ndarray:
+    """NSGA-II crowding distance (boundary points infinite)."""
+    n = len(points)
+    if n <= 2:
+        return np.full(n, np.inf)
+    distance = np.zeros(n)
+    for m in range(points.shape[1]):
+        order = np.argsort(points[:, m], kind="stable")
+        span = points[order[-1], m] - points[order[0], m]
+        distance[order[0]] = distance[order[-1]] = np.inf
+        if span > 0:
+            distance[order[1:-1]] += (points[order[2:], m] - points[order[:-2], m]) / span
+    return distance
