@@ -39,41 +39,48 @@ def fit_poly2(train: pd.DataFrame):
     return lambda frame: model.predict(frame[list(rt.FEATURES)].to_numpy(float))
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seed", type=int, default=0, help="fold partition and forest seed")
-    parser.add_argument("--folds", type=int, default=rt.CV_FOLDS)
-    args = parser.parse_args()
+def compare(seed: int = 0, folds: int = rt.CV_FOLDS, out=print) -> dict | None:
+    """Both contenders on the same grouped folds; None when the data is absent."""
     if not DATA.is_file():
-        print(f"skipped: real IBM runtime data not found at {DATA} (it is not in the repo)")
-        return 0
-
+        out(f"skipped: real IBM runtime data not found at {DATA} (it is not in the repo)")
+        return None
     frame = rt.load_training_frame(DATA)
     n_groups = int(rt.feature_groups(frame).max()) + 1
-    print(
-        f"{len(frame)} IBM jobs, {n_groups} distinct feature vectors; GroupKFold({args.folds}) "
-        f"over feature vectors, seed {args.seed}; both refitted per fold\n"
+    out(
+        f"{len(frame)} IBM jobs, {n_groups} distinct feature vectors; GroupKFold({folds}) "
+        f"over feature vectors, seed {seed}; both refitted per fold\n"
     )
     contenders = {
-        "shipped model (recipe)": lambda train: rt.fit_runtime_model(train, seed=args.seed).predict,
+        "shipped model (recipe)": lambda train: rt.fit_runtime_model(train, seed=seed).predict,
         "degree-2 polynomial": fit_poly2,
     }
     header = (
         f"{'':24s} {'<=0.5 s':>8s} {'<=1 s':>7s} {'R^2':>9s} {'median|err|':>12s}"
         f" {'<=0.5 s single/multi':>21s} {'time':>6s}"
     )
-    print(header)
+    out(header)
     results = {}
     for name, fit in contenders.items():
         start = time.perf_counter()
-        cv = rt.cross_validate(frame, seed=args.seed, n_splits=args.folds, fit=fit)
+        cv = rt.cross_validate(frame, seed=seed, n_splits=folds, fit=fit)
         results[name] = cv
-        print(
+        out(
             f"{name:24s} {cv['within_0_5s']:8.1%} {cv['within_1s']:7.1%} {cv['r2']:9.4f} "
             f"{cv['median_abs_error_s']:10.3f} s "
             f"{cv['single_circuit_within_0_5s']:>10.1%}/{cv['multi_circuit_within_0_5s']:<10.1%}"
             f"{time.perf_counter() - start:5.1f}s"
         )
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seed", type=int, default=0, help="fold partition and forest seed")
+    parser.add_argument("--folds", type=int, default=rt.CV_FOLDS)
+    args = parser.parse_args()
+    results = compare(args.seed, args.folds)
+    if results is None:
+        return 0
     folds = [f["within_0_5s"] for f in results["shipped model (recipe)"]["folds"]]
     print(f"\nshipped model, <=0.5 s per fold: {', '.join(f'{v:.1%}' for v in folds)}")
     print("targets: <=0.5 s >= 40% and R^2 >= 0.98 (pooled over the held-out folds)")

@@ -62,7 +62,14 @@ class CircuitFeatures:
     mean_t1_s: float  # over active qubits
     mean_t2_s: float
     duration_s: float  # critical path of one shot
+    # Sum over active qubits of the time each waits between its first and its last operation
+    # (its measurement, usually): a state idling there relaxes (T1) and dephases (T2). Waiting
+    # in |0> before the first gate is harmless and not counted.
+    idle_qubit_seconds: float
     log_fidelity: float  # log of the product of (1 - error), floored at LOG_FIDELITY_FLOOR
+    # The same over the measurements' backward light cone only: a gate whose qubits never reach
+    # a measured qubit afterwards cannot change an outcome, so its errors do not count.
+    cone_log_fidelity: float
 
     @property
     def fidelity(self) -> float:
@@ -109,6 +116,8 @@ def circuit_features(
     q_level = [0] * len(qindex)  # depth layer reached on each bit
     c_level = [0] * len(cindex)
     q_free = [0.0] * len(qindex)  # seconds at which each bit is free (ASAP critical path)
+    q_busy = [0.0] * len(qindex)  # seconds each qubit spends in operations
+    q_first: dict[int, float] = {}  # start of each qubit's first operation
     c_free = [0.0] * len(cindex)
     operation_names = set(target.operation_names)
     # (name, qargs) -> (error or None, seconds): a circuit reuses few distinct entries.
@@ -119,6 +128,7 @@ def circuit_features(
     couplers: dict[tuple[str, tuple[int, ...]], float] = {}
     two_qubit = one_qubit = measurements = 0
     log_fidelity = 0.0
+    timeline: list[tuple[str, tuple[int, ...], float]] = []  # for the light cone
     for instruction in transpiled.data:
         operation = instruction.operation
         name = operation.name
@@ -148,14 +158,20 @@ def circuit_features(
         for q in qargs:
             q_level[q] = level
             q_free[q] = end
+            if not skipped:
+                q_busy[q] += seconds
+                q_first.setdefault(q, start)
         for c in cargs:
             c_level[c] = level
             c_free[c] = end
         if skipped:
             continue
 
+        term = 0.0
         if error:
-            log_fidelity += math.log1p(-error) if error < 1.0 else LOG_FIDELITY_FLOOR
+            term = math.log1p(-error) if error < 1.0 else LOG_FIDELITY_FLOOR
+            log_fidelity += term
+        timeline.append((name, qargs, term))
         active.update(qargs)
         if isinstance(operation, ControlFlowOp):
             continue
@@ -188,6 +204,7 @@ def circuit_features(
     t2 = [p.t2 for q in active if q < len(qprops) and (p := qprops[q]) is not None and p.t2]
 
     coupler_errors = list(couplers.values())
+    duration = max(q_free + c_free, default=0.0)
     return CircuitFeatures(
         num_qubits=len(active),
         depth=max(q_level + c_level, default=0),
@@ -202,9 +219,27 @@ def circuit_features(
         mean_readout_error=_mean(readout),
         mean_t1_s=_mean(t1),
         mean_t2_s=_mean(t2),
-        duration_s=max(q_free + c_free, default=0.0),
+        duration_s=duration,
+        idle_qubit_seconds=sum(
+            max(0.0, q_free[q] - q_first.get(q, 0.0) - q_busy[q]) for q in active
+        ),
         log_fidelity=max(log_fidelity, LOG_FIDELITY_FLOOR),
+        cone_log_fidelity=max(_cone_log_fidelity(timeline), LOG_FIDELITY_FLOOR),
     )
+
+
+def _cone_log_fidelity(timeline: Sequence[tuple[str, tuple[int, ...], float]]) -> float:
+    """Log-fidelity of the instructions in the measurements' backward light cone."""
+    cone: set[int] = set()
+    total = 0.0
+    for name, qargs, term in reversed(timeline):
+        if name == "measure":
+            cone.update(qargs)
+            total += term
+        elif cone.intersection(qargs):
+            cone.update(qargs)
+            total += term
+    return total
 
 
 def _error(target: Target, name: str, qargs: tuple[int, ...]) -> float | None:

@@ -38,18 +38,19 @@ from kernel_server.estimator.forest import ModelFileError, TreeForest
 # statevector costs ~0.05 s at 16 qubits and doubles per qubit (0.5-1.6 s at 20).
 IDEAL_MAX_QUBITS = 16
 UNKNOWN = -1.0  # value of the ideal-distribution features when it was not computed
+LOG_FIDELITY = "cone_log_fidelity"  # which error product the physics baseline starts from
 
 
 @dataclass(frozen=True)
 class IdealSummary:
-    """The ideal outcome distribution of a circuit: its nonzero probabilities, in any order."""
+    """The ideal outcome distribution over a circuit's measured bits (all 2^bits entries)."""
 
     probabilities: np.ndarray
     measured_bits: int
 
     @property
     def entropy_bits(self) -> float:
-        p = self.probabilities
+        p = self.probabilities[self.probabilities > 0]
         return float(-(p * np.log2(p)).sum())
 
     def depolarized_hellinger(self, fidelity: float) -> float:
@@ -59,12 +60,49 @@ class IdealSummary:
         uniform = 2.0 ** (-self.measured_bits)
         return float(np.sqrt(p * (f * p + (1.0 - f) * uniform)).sum() ** 2)
 
-    def features(self, log_fidelity: float) -> dict[str, float]:
+    def approximate_run(self, gate_fidelity: float, readout_error: float) -> np.ndarray:
+        """The outcome distribution of a cheap noise picture of the run: every measured bit
+        flipped with the readout error (exact for uncorrelated readout noise), and the rest of
+        the noise as global depolarizing that keeps ``gate_fidelity`` of the state."""
+        bits = self.measured_bits
+        q = self.probabilities.reshape((2,) * bits) if bits else self.probabilities
+        e = min(max(readout_error, 0.0), 0.5)
+        for axis in range(bits):
+            q = (1.0 - e) * q + e * np.flip(q, axis=axis)
+        f = min(max(gate_fidelity, 0.0), 1.0)
+        return f * q.reshape(-1) + (1.0 - f) * 2.0 ** (-bits)
+
+    def approximate_hellinger(self, features: Mapping[str, float]) -> float:
+        """Hellinger fidelity to the ideal of ``shots`` samples of :meth:`approximate_run`.
+
+        Sampling (with a fixed seed, so it is a function of its inputs) carries the finite-shot
+        loss that a spread-out distribution suffers at a few thousand shots.
+        """
+        readout = float(features["mean_readout_error"])
+        measurements = float(features["measurements"])
+        gate_log = float(features[LOG_FIDELITY]) - measurements * math.log1p(-min(readout, 0.5))
+        # Idling: a qubit in a random state has on average half its population excited, which
+        # decays as exp(-t / T1), so each idle second costs 1 / (2 T1) of log-fidelity. On the
+        # runs of fidelity_data this lifts the share within 0.05 from 66% to 81% (factors 0.25
+        # and 0.75 give 75%; T2 in place of T1 fits no better).
+        t1 = float(features["mean_t1_s"])
+        if t1 > 0:
+            gate_log -= 0.5 * float(features["idle_qubit_seconds"]) / t1
+        q = self.approximate_run(math.exp(min(gate_log, 0.0)), readout)
+        shots = max(int(features["shots"]), 1)
+        sampled = np.random.default_rng(0).multinomial(shots, q / q.sum()) / shots
+        return float(np.sqrt(self.probabilities * sampled).sum() ** 2)
+
+    def features(self, features: Mapping[str, float]) -> dict[str, float]:
+        """The ideal-distribution columns for a run with these circuit features."""
         return {
             "measured_bits": float(self.measured_bits),
             "ideal_entropy_bits": self.entropy_bits,
             "ideal_entropy_fraction": self.entropy_bits / max(self.measured_bits, 1),
-            "depolarized_hellinger": self.depolarized_hellinger(math.exp(log_fidelity)),
+            "depolarized_hellinger": self.depolarized_hellinger(
+                math.exp(float(features["log_fidelity"]))
+            ),
+            "approximate_hellinger": self.approximate_hellinger(features),
         }
 
 
@@ -73,16 +111,12 @@ IDEAL_COLUMNS: tuple[str, ...] = (
     "ideal_entropy_bits",
     "ideal_entropy_fraction",
     "depolarized_hellinger",
+    "approximate_hellinger",
 )
 
 
 def unknown_ideal_features(measured_bits: int) -> dict[str, float]:
-    return {
-        "measured_bits": float(measured_bits),
-        "ideal_entropy_bits": UNKNOWN,
-        "ideal_entropy_fraction": UNKNOWN,
-        "depolarized_hellinger": UNKNOWN,
-    }
+    return {name: UNKNOWN for name in IDEAL_COLUMNS} | {"measured_bits": float(measured_bits)}
 
 
 def measured_bits(circuit: QuantumCircuit) -> int:
@@ -95,7 +129,8 @@ def ideal_summary(
     """The ideal distribution of a measured circuit, or None when it measures too many qubits.
 
     Aer's statevector on the circuit's active qubits, probabilities of the measured ones only
-    (no outcome labels: the features need the values alone).
+    (no outcome labels: the features need the values alone). Entry ``i`` is the outcome whose
+    bit ``j`` is the ``j``-th measured qubit's.
     """
     from qiskit_aer import AerSimulator
 
@@ -126,7 +161,8 @@ def ideal_summary(
     unitary.save_probabilities(measured, label="p")
     result = AerSimulator(method="statevector").run(unitary, shots=1).result()
     p = np.asarray(result.data(0)["p"], dtype=float)
-    return IdealSummary(p[p > 1e-12], len(measured))
+    p[p < 1e-12] = 0.0
+    return IdealSummary(p / p.sum(), len(measured))
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,20 +224,47 @@ def model_row(
     row = {name: float(features[name]) for name in FEATURE_COLUMNS}
     row.update({name: float(ideal[name]) for name in IDEAL_COLUMNS})
     row.update({name: float(stack[name]) for name in STACK_COLUMNS})
+    row.update(derived_features(row))
     return row
+
+
+DERIVED_COLUMNS: tuple[str, ...] = ("decoherence_t1", "decoherence_t2", "baseline")
+
+
+def derived_features(row: Mapping[str, float]) -> dict[str, float]:
+    """Ratios trees cannot form themselves, and the physics baseline the trees correct.
+
+    ``baseline`` is ``approximate_hellinger`` where the ideal distribution is known, else the
+    numerical fidelity; the model predicts ``baseline`` plus a learned correction.
+    """
+    qubit_seconds = float(row["num_qubits"]) * float(row["duration_s"])
+    t1, t2 = float(row["mean_t1_s"]), float(row["mean_t2_s"])
+    approx = float(row["approximate_hellinger"])
+    return {
+        "decoherence_t1": qubit_seconds / t1 if t1 > 0 else 0.0,
+        "decoherence_t2": qubit_seconds / t2 if t2 > 0 else 0.0,
+        "baseline": approx if approx >= 0 else math.exp(float(row["log_fidelity"])),
+    }
 
 
 def _model_features() -> tuple[str, ...]:
     from kernel_server.estimator.features import FEATURE_COLUMNS
 
-    return tuple(FEATURE_COLUMNS) + IDEAL_COLUMNS + STACK_COLUMNS
+    return tuple(FEATURE_COLUMNS) + IDEAL_COLUMNS + STACK_COLUMNS + DERIVED_COLUMNS
+
+
+def complete(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with their derived columns (rows read from a runs file lack them)."""
+    return [{**row, **derived_features(row)} for row in rows]
 
 
 def as_matrix(rows: Sequence[Mapping[str, float]], columns: Sequence[str]) -> np.ndarray:
     return np.asarray([[float(r[c]) for c in columns] for r in rows], dtype=np.float32)
 
 
-def compile_for(circuit: QuantumCircuit, backend: Any) -> QuantumCircuit:
+def compile_for(
+    circuit: QuantumCircuit, backend: Any, layout: Sequence[int] | None = None
+) -> QuantumCircuit:
     """The circuit as a mitigated or unmitigated run executes it, without the idle delays.
 
     Runs lay a job's circuits out once (``stack.choose_layout``) and transpile them at level 0 on
@@ -211,14 +274,16 @@ def compile_for(circuit: QuantumCircuit, backend: Any) -> QuantumCircuit:
     """
     from kernel_server.estimator.mitigation.stack import choose_layout, transpile_mitigated
 
-    return transpile_mitigated(circuit, backend, choose_layout(circuit, backend), schedule=False)
+    if layout is None:
+        layout = choose_layout(circuit, backend)
+    return transpile_mitigated(circuit, backend, layout, schedule=False)
 
 
 # --------------------------------------------------------------------------------------------
 # The model
 # --------------------------------------------------------------------------------------------
 
-FORMAT = "qonductor-fidelity-gbt/1"
+FORMAT = "qonductor-fidelity-gbt/2"
 DEFAULT_MODEL_PATH = Path(__file__).parent / "models" / "fidelity.json"
 REBUILD_HINT = "rebuild it with `qonductor train fidelity`"
 
@@ -228,20 +293,56 @@ def model_features() -> tuple[str, ...]:
     return _model_features()
 
 
+@dataclass
+class BoostedCorrection:
+    """Gradient-boosted trees whose sum corrects the physics baseline."""
+
+    forest: TreeForest
+    init: float
+    learning_rate: float
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return self.init + self.learning_rate * self.forest.leaf_values(x).sum(axis=1)
+
+    @classmethod
+    def from_sklearn(cls, gbr: Any) -> BoostedCorrection:
+        trees = [estimator[0] for estimator in gbr.estimators_]
+        leaves = [tree.tree_.value[:, 0, 0] for tree in trees]
+        return cls(
+            TreeForest.from_sklearn(trees, leaves),
+            float(gbr.init_.constant_.ravel()[0]),
+            float(gbr.learning_rate),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "init": self.init,
+            "learning_rate": self.learning_rate,
+            "forest": self.forest.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> BoostedCorrection:
+        return cls(TreeForest.from_json(d["forest"]), float(d["init"]), float(d["learning_rate"]))
+
+
 class FidelityModel:
-    """Predicts the Hellinger fidelity of a run (0-1) from ``model_features()`` columns."""
+    """Predicts the Hellinger fidelity of a run (0-1) from ``model_features()`` columns.
+
+    Prediction = physics baseline + learned correction, with one correction for runs whose ideal
+    distribution is known and one for runs where it is not (wider than ``IDEAL_MAX_QUBITS``):
+    trained together, the second's large residuals distorted the first.
+    """
 
     def __init__(
         self,
-        forest: TreeForest,
-        init: float,
-        learning_rate: float,
+        known: BoostedCorrection,
+        unknown: BoostedCorrection,
         features: Sequence[str],
         metadata: dict[str, Any] | None = None,
     ) -> None:
-        self.forest = forest
-        self.init = float(init)
-        self.learning_rate = float(learning_rate)
+        self.known = known
+        self.unknown = unknown
         self.features = tuple(features)
         self.metadata = dict(metadata or {})
 
@@ -249,32 +350,26 @@ class FidelityModel:
         x = np.asarray(x, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != len(self.features):
             raise ValueError(f"expected rows of {len(self.features)} features, got {x.shape}")
-        raw = self.init + self.learning_rate * self.forest.leaf_values(x).sum(axis=1)
-        return np.clip(raw, 0.0, 1.0)
+        baseline = x[:, self.features.index("baseline")].astype(np.float64)
+        known = x[:, self.features.index("approximate_hellinger")] >= 0
+        correction = np.zeros(len(x))
+        if known.any():
+            correction[known] = self.known(x[known])
+        if (~known).any():
+            correction[~known] = self.unknown(x[~known])
+        return np.clip(baseline + correction, 0.0, 1.0)
 
     def predict(self, rows: Sequence[Mapping[str, float]]) -> np.ndarray:
-        """Fidelity per row; each row maps every name in ``self.features`` to a number."""
-        return self.predict_matrix(as_matrix(rows, self.features))
-
-    @classmethod
-    def from_sklearn(cls, gbr: Any, features: Sequence[str], metadata: dict | None = None):
-        trees = [estimator[0] for estimator in gbr.estimators_]
-        leaves = [tree.tree_.value[:, 0, 0] for tree in trees]
-        return cls(
-            TreeForest.from_sklearn(trees, leaves),
-            float(gbr.init_.constant_.ravel()[0]),
-            gbr.learning_rate,
-            features,
-            metadata,
-        )
+        """Fidelity per row; each row maps the circuit, ideal and stack columns to numbers (the
+        derived columns are added where missing)."""
+        return self.predict_matrix(as_matrix(complete(rows), self.features))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
             "features": list(self.features),
-            "init": self.init,
-            "learning_rate": self.learning_rate,
-            "forest": self.forest.to_json(),
+            "known": self.known.to_json(),
+            "unknown": self.unknown.to_json(),
             "metadata": self.metadata,
         }
 
@@ -285,9 +380,8 @@ class FidelityModel:
         if tuple(d.get("features", ())) != model_features():
             raise ValueError("the file's feature columns differ from this version's")
         return cls(
-            TreeForest.from_json(d["forest"]),
-            float(d["init"]),
-            float(d["learning_rate"]),
+            BoostedCorrection.from_json(d["known"]),
+            BoostedCorrection.from_json(d["unknown"]),
             d["features"],
             d.get("metadata", {}),
         )

@@ -63,6 +63,7 @@ FAMILIES: tuple[str, ...] = (
     "vqe_two_local",
     "wstate",
 )
+SEEDED_FAMILIES = frozenset({"graphstate"})
 SIZES: tuple[int, ...] = (3, 4, 5, 6, 7, 8, 9)
 
 # Devices of the three processor generations, more than the fleet so the error-rate features vary.
@@ -138,8 +139,10 @@ def benchmark_circuit(family: str, size: int) -> Any:
     """The MQT Bench circuit (target-independent level), measured; None if the size is invalid."""
     from mqt.bench import BenchmarkLevel, get_benchmark
 
+    # graphstate draws a random graph unless seeded: seed it, so a row's circuit can be rebuilt.
+    options = {"seed": size} if family in SEEDED_FAMILIES else {}
     try:
-        circuit = get_benchmark(family, BenchmarkLevel.INDEP, size)
+        circuit = get_benchmark(family, BenchmarkLevel.INDEP, size, **options)
     except ValueError:  # the family has no circuit of that size (adders, multipliers)
         return None
     if circuit.num_qubits != size:
@@ -155,7 +158,11 @@ def run_task(task: Task) -> list[dict[str, Any]]:
 
     from kernel_server.estimator.features import circuit_features
     from kernel_server.estimator.fidelity import compile_for, ideal_summary, stack_features
-    from kernel_server.estimator.mitigation.stack import parse_stack, run_mitigated_detailed
+    from kernel_server.estimator.mitigation.stack import (
+        choose_layout,
+        parse_stack,
+        run_mitigated_detailed,
+    )
     from kernel_server.workers.aer_sim import ideal_probabilities
     from kernel_server.workers.devices import load_backend
 
@@ -170,7 +177,9 @@ def run_task(task: Task) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for position, name in enumerate(chosen):
         backend = load_backend(name)
-        transpiled = compile_for(circuit, backend)
+        # One layout for the features and every run, as the orchestrator would lay the job out.
+        layout = choose_layout(circuit, backend)
+        transpiled = compile_for(circuit, backend, layout)
         stacks = task.stacks if position < MITIGATED_DEVICES_PER_CIRCUIT else ("none",)
         for stack_name in stacks:
             stack = parse_stack(stack_name)
@@ -187,7 +196,7 @@ def run_task(task: Task) -> list[dict[str, Any]]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # qiskit's dt-rounding notes when scheduling
                 distribution = run_mitigated_detailed(
-                    circuit, backend, stack, shots, seed=run_seed, per_outcome=True
+                    circuit, backend, stack, shots, seed=run_seed, per_outcome=True, layout=layout
                 ).value
             seconds = time.perf_counter() - start
             rows.append(
@@ -197,7 +206,7 @@ def run_task(task: Task) -> list[dict[str, Any]]:
                     "backend": name,
                     "stack": stack_name,
                     **features.to_dict(),
-                    **ideal.features(features.log_fidelity),
+                    **ideal.features(features.to_dict()),
                     **stack_features(stack, circuit),
                     "numerical_fidelity": features.fidelity,
                     "hellinger_fidelity": float(hellinger_fidelity(distribution, ideal_dict)),
@@ -296,3 +305,47 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
 def _number(text: str) -> float:
     value = float(text)
     return value if math.isfinite(value) else 0.0
+
+
+def refresh_feature_columns(path: str | Path, out: str | Path | None = None) -> Path:
+    """Recompute every row's circuit features (``features.circuit_features``) and ideal columns.
+
+    For when a feature's definition changes: each (circuit, device) is compiled again exactly as
+    the run compiled it (deterministic) and described anew; the noisy runs, the expensive part,
+    are kept. Writes ``out`` (default: ``path`` itself).
+    """
+    from kernel_server.estimator.features import circuit_features
+    from kernel_server.estimator.fidelity import compile_for, ideal_summary
+    from kernel_server.workers.devices import load_backend
+
+    rows = load_rows(path)
+    compiled: dict[tuple[str, int, str], Any] = {}
+    summaries: dict[tuple[str, int], Any] = {}
+    for row in rows:
+        key = (str(row["family"]), int(row["size"]))
+        circuit = benchmark_circuit(*key)
+        device = (*key, str(row["backend"]))
+        if device not in compiled:
+            backend = load_backend(device[2])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                compiled[device] = (compile_for(circuit, backend), backend.target)
+        transpiled, target = compiled[device]
+        features = circuit_features(transpiled, target, shots=int(row["shots"]))
+        row.update(features.to_dict())
+        if key not in summaries:
+            summaries[key] = ideal_summary(circuit)
+        row.update(summaries[key].features(row))
+    return _write_rows(rows, Path(out) if out is not None else Path(path))
+
+
+def _write_rows(rows: list[dict[str, Any]], target: Path) -> Path:
+    tmp = target.with_name(target.name + ".tmp" + "".join(target.suffixes[-1:]))
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    with _open(tmp, "w") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (int(v) if k == "size" else v) for k, v in row.items()})
+    tmp.replace(target)
+    return target

@@ -215,8 +215,8 @@ def _compile(circuit: QuantumCircuit, name: str, backend: BackendV2, shots: int)
     return _Compiled(name, backend, transpiled, circuit_features(transpiled, backend.target, shots))
 
 
-def _ideal_features(ideal: IdealSummary | None, bits: int, log_fidelity: float) -> dict:
-    return unknown_ideal_features(bits) if ideal is None else ideal.features(log_fidelity)
+def _ideal_features(ideal: IdealSummary | None, bits: int, features: CircuitFeatures) -> dict:
+    return unknown_ideal_features(bits) if ideal is None else ideal.features(features.to_dict())
 
 
 def _estimates(
@@ -236,7 +236,7 @@ def _estimates(
     ]
     rows, jobs, meta = [], [], []
     for c in compiled:
-        ideal_row = _ideal_features(ideal, bits, c.features.log_fidelity)
+        ideal_row = _ideal_features(ideal, bits, c.features)
         for stack, s_features, overhead in per_stack:
             total_shots = max(1, round(shots * overhead.shots_factor))
             per_circuit = max(1, math.ceil(total_shots / overhead.num_circuits))

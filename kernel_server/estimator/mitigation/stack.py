@@ -510,16 +510,23 @@ def run_mitigated_detailed(
     transpile_seed: int = 0,
     exact: bool = False,
     per_outcome: bool = False,
+    layout: Sequence[int] | None = None,
 ) -> MitigatedRun:
     """:func:`run_mitigated`, also returning the plan, the raw counts and the shots.
 
     ``per_outcome`` returns the mitigated outcome distribution of any stack without cutting
-    (:meth:`MitigationStack.combine_distribution`) instead of an expectation value."""
+    (:meth:`MitigationStack.combine_distribution`) instead of an expectation value. ``layout``
+    fixes the physical qubits of the job's circuit (default: :func:`choose_layout`'s)."""
     from kernel_server.workers.aer_sim import noisy_probabilities, run_noisy
 
     mitigation = parse_stack(stack)
     plan = mitigation.construct(circuit, observable, per_outcome=per_outcome)
-    layouts = [choose_layout(anchor, backend, transpile_seed) for anchor in plan.anchors]
+    layouts = [
+        tuple(layout)
+        if index == 0 and layout is not None
+        else choose_layout(anchor, backend, transpile_seed)
+        for index, anchor in enumerate(plan.anchors)
+    ]
     shots_each = plan.shots_for(shots)
     counts: list[Any] = []
     for index, (constructed, anchor) in enumerate(zip(plan.circuits, plan.anchor_of, strict=True)):
