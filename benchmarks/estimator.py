@@ -91,7 +91,7 @@ def fidelity_section(seed: int, png: Path) -> None:
         f"{e['baseline_unmitigated_within']:.1%}); mitigated MAE {e['mitigated_mae_reduction']:.0%}"
         f" below the baseline's; target (>= 90%, >= 30% lower) {'met' if ok else 'NOT met'}"
     )
-    print("   mitigated MAE per stack (model / baseline):")
+    print("   MAE per stack (model / numerical baseline):")
     truth = np.asarray([r["hellinger_fidelity"] for r in rows])
     numerical = np.asarray([r["numerical_fidelity"] for r in rows])
     predicted = cv["predictions"]

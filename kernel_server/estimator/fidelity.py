@@ -157,7 +157,8 @@ def ideal_summary(
         raise ValueError("circuit has no measurements")
     from kernel_server.estimator.mitigation.stack import standard_gates
 
-    unitary = standard_gates(unitary)  # library gates (qft_dg, ...) are unknown to Aer
+    # Library gates (qft_dg, ...) and ch are unknown to Aer's statevector: unroll them.
+    unitary = standard_gates(unitary, exclude=("ch",))
     unitary.save_probabilities(measured, label="p")
     result = AerSimulator(method="statevector").run(unitary, shots=1).result()
     p = np.asarray(result.data(0)["p"], dtype=float)

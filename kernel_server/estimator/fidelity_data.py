@@ -25,6 +25,7 @@ import gzip
 import io
 import math
 import random
+import shutil
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
@@ -234,6 +235,13 @@ def _open(path: Path, mode: str) -> io.TextIOBase:
     return path.open(mode, newline="")
 
 
+def _header(path: Path) -> list[str]:
+    if not path.exists() or path.stat().st_size == 0:
+        return []
+    with _open(path, "r") as f:
+        return next(csv.reader(f), [])
+
+
 def _finished(path: Path) -> set[str]:
     if not path.exists():
         return set()
@@ -248,27 +256,42 @@ def generate(
     resume: bool = False,
     log: Any = print,
 ) -> Path:
-    """Run ``todo`` (default: every family and size) and append the rows to the CSV ``out``."""
+    """Run ``todo`` (default: every family and size) and append the rows to the CSV ``out``.
+
+    Rows go to a plain CSV as each circuit finishes (``out`` itself, or ``out`` without its
+    ``.gz`` while running: an unfinished gzip stream is unreadable), so a killed run keeps its
+    rows and ``resume=True`` goes on from them. A ``.gz`` target is compressed at the end.
+    """
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
+    work = path.with_suffix("") if path.suffix == ".gz" else path
+    if resume and work != path and path.exists() and not work.exists():
+        with gzip.open(path, "rb") as src, work.open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+    if not resume:
+        for stale in {path, work}:
+            stale.unlink(missing_ok=True)
     pending = list(tasks() if todo is None else todo)
     if resume:
-        done = _finished(path)
+        done = _finished(work)
         pending = [t for t in pending if t.key not in done]
-    elif path.exists():
-        path.unlink()
     start = time.perf_counter()
     written = 0
     writer: csv.DictWriter | None = None
-    has_header = path.exists() and path.stat().st_size > 0
-    with _open(path, "a") as f:
+    existing = _header(work)
+    with _open(work, "a") as f:
         for index, (task, rows, error) in enumerate(_map(pending, workers), 1):
             if error:
                 log(f"  {task.key}: skipped ({error})")
             for row in rows:
                 if writer is None:
+                    if existing and existing != list(row):
+                        raise ValueError(
+                            f"{work} holds other columns than this version writes; bring it up "
+                            "to date with refresh_feature_columns() or start a new file"
+                        )
                     writer = csv.DictWriter(f, fieldnames=list(row))
-                    if not has_header:
+                    if not existing:
                         writer.writeheader()
                 writer.writerow(row)
             f.flush()
@@ -276,6 +299,10 @@ def generate(
             if index % 10 == 0 or index == len(pending):
                 elapsed = time.perf_counter() - start
                 log(f"  {index}/{len(pending)} circuits, {written} rows, {elapsed:.0f} s")
+    if work != path:
+        with work.open("rb") as src, gzip.open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        work.unlink()
     return path
 
 

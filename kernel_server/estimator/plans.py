@@ -150,7 +150,8 @@ _registries: dict[tuple[str, ...], Any] = {}
 
 
 def templates_for(fleet: Iterable[str] | None = None) -> dict[str, Any]:
-    """Template QPUs of ``fleet`` (default: the simulated default fleet), built once per fleet."""
+    """Template QPUs of ``fleet`` (default: the simulated default fleet), kept per fleet and
+    rebuilt where a member's calibration changed."""
     from kernel_server.estimator.templates import TemplateRegistry
     from kernel_server.workers.devices import DEFAULT_FLEET
 
@@ -161,6 +162,10 @@ def templates_for(fleet: Iterable[str] | None = None) -> dict[str, Any]:
         registry = TemplateRegistry(names)
         with _lock:
             _registries[names] = registry
+    else:
+        # Cheap when nothing changed (calibration ids are cached per target); a member whose
+        # calibration changed gets its template rebuilt before it is used.
+        registry.refresh(names)
     return dict(registry.templates)
 
 

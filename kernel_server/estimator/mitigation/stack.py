@@ -333,13 +333,15 @@ QASM2_GATES = frozenset(
 )
 
 
-def standard_gates(circuit: QuantumCircuit) -> QuantumCircuit:
-    """``circuit`` with every gate outside ``QASM2_GATES`` unrolled into them (or unchanged)."""
-    if set(circuit.count_ops()) <= QASM2_GATES:
+def standard_gates(circuit: QuantumCircuit, exclude: Sequence[str] = ()) -> QuantumCircuit:
+    """``circuit`` with every gate outside ``QASM2_GATES`` (less ``exclude``) unrolled into them,
+    or unchanged when it has none."""
+    allowed = QASM2_GATES - set(exclude)
+    if set(circuit.count_ops()) <= allowed:
         return circuit
     from qiskit import transpile
 
-    basis = sorted(QASM2_GATES - {"measure", "barrier", "reset", "delay"})
+    basis = sorted(allowed - {"measure", "barrier", "reset", "delay"})
     return transpile(circuit, basis_gates=basis, optimization_level=0)
 
 
