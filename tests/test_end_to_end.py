@@ -405,3 +405,6 @@ def test_circuits_with_mid_circuit_measurement_run_on_aer(shell):
     steps = workflow_info(qj.list_workflows(limit=1)[0]["id"]).steps
     methods = {j["method"] for s in steps for j in s["qpu_jobs"]}
     assert methods and all(m.startswith(("density_matrix", "statevector")) for m in methods)
+    # Its plans offer only what can run mid-circuit measurements.
+    plans = [p for s in steps for j in s["qpu_jobs"] for p in (j["plans"] or [])]
+    assert plans and {p["mitigation"] for p in plans} <= {"none", "rem"}

@@ -327,3 +327,17 @@ def test_plans_bad_input():
         ghz(30), k=None, stacks=["none"], backends=templates_for(SMALL_FLEET).values()
     )
     assert {p.backend for p in plans} == {"Egret-33"}
+
+
+def test_plans_for_a_circuit_with_mid_circuit_measurement():
+    qc = QuantumCircuit(2, 3)
+    qc.x(0)
+    qc.measure(0, 0)
+    qc.reset(0)
+    qc.cx(1, 0)
+    qc.measure([0, 1], [1, 2])
+    plans = resource_plans(qc, k=None, backends=templates_for(SMALL_FLEET).values())
+    # No ideal distribution to summarise (the model's "ideal unknown" side answers), and only
+    # stacks that can run mid-circuit measurements are offered.
+    assert {p.stack_name for p in plans} == {"none", "rem"}
+    assert all(0 < p.fidelity <= 1 for p in plans)

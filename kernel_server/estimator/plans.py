@@ -82,6 +82,20 @@ def check_circuit(circuit: Any) -> QuantumCircuit:
     return circuit
 
 
+def has_midcircuit_measurement(circuit: QuantumCircuit) -> bool:
+    """Whether some qubit is operated on after it was measured."""
+    measured: set[Any] = set()
+    for instruction in circuit.data:
+        name = instruction.operation.name
+        if name == "barrier":
+            continue
+        if name != "measure" and measured.intersection(instruction.qubits):
+            return True
+        if name == "measure":
+            measured.update(instruction.qubits)
+    return False
+
+
 @dataclass(frozen=True)
 class Estimate:
     """What one circuit on one QPU (or template) with one stack and accelerator would give."""
@@ -234,7 +248,10 @@ def _estimates(
     fidelity_model: FidelityModel,
     runtime_model: Any,
 ) -> list[Estimate]:
-    ideal = ideal_summary(circuit)
+    try:
+        ideal = ideal_summary(circuit)
+    except ValueError:  # mid-circuit measurement: no single outcome distribution to summarise
+        ideal = None
     bits = measured_bits(circuit)
     per_stack = [
         (stack, stack_features(stack, circuit), stack.overhead(circuit)) for stack in stacks
@@ -346,6 +363,10 @@ def resource_plans(
         widest = max(candidates, key=lambda nb: nb[1].num_qubits)
         raise CircuitTooWideError(circuit.num_qubits, widest[0], widest[1].num_qubits)
     parsed = [parse_stack(s) for s in stacks]
+    if has_midcircuit_measurement(circuit):
+        # Only stacks that can run such a circuit (REM can; folding, twirling, DD and PEC need
+        # the measurements at the end).
+        parsed = [s for s in parsed if not any(t.terminal_measurements_only for t in s.techniques)]
     table = prices if isinstance(prices, PriceTable) else PriceTable.from_dict(prices)
     names = list(accelerators) if accelerators is not None else list(table.accelerators)
     for accelerator in names:
