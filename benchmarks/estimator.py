@@ -54,6 +54,7 @@ def runtime_section(seed: int) -> None:
 
 
 def fidelity_section(seed: int, png: Path) -> None:
+    from kernel_server.estimator.fidelity import complete
     from kernel_server.estimator.fidelity_data import load_rows
 
     print("== 2. Fidelity model (held-out circuit families) ==")
@@ -80,6 +81,11 @@ def fidelity_section(seed: int, png: Path) -> None:
             f"model, {label:27s} {e['unmitigated_within']:19.1%} {e['unmitigated_mae']:11.3f} "
             f"{e['mitigated_mae']:14.3f}"
         )
+    physics = ft.evaluate(rows, np.asarray([r["baseline"] for r in complete(rows)]))
+    print(
+        f"{'physics baseline alone':34s} {physics['unmitigated_within']:19.1%} "
+        f"{physics['unmitigated_mae']:11.3f} {physics['mitigated_mae']:14.3f}"
+    )
     e = cv["ideal_known"]
     print(
         f"{'numerical baseline':34s} {e['baseline_unmitigated_within']:19.1%} "

@@ -63,9 +63,13 @@ class CircuitFeatures:
     mean_t2_s: float
     duration_s: float  # critical path of one shot
     # Sum over active qubits of the time each waits between its first and its last operation
-    # (its measurement, usually): a state idling there relaxes (T1) and dephases (T2). Waiting
-    # in |0> before the first gate is harmless and not counted.
+    # (its measurement, usually) when scheduled as late as possible, as the runs are: a state
+    # idling there relaxes (T1) and dephases (T2). Waiting in |0> before the first gate is
+    # harmless and not counted.
     idle_qubit_seconds: float
+    # The same idle time of each qubit over that qubit's T1, summed: exp(-x / 2) is what idle
+    # relaxation leaves of a state with half its population excited.
+    idle_t1_exposure: float
     log_fidelity: float  # log of the product of (1 - error), floored at LOG_FIDELITY_FLOOR
     # The same over the measurements' backward light cone only: a gate whose qubits never reach
     # a measured qubit afterwards cannot change an outcome, so its errors do not count.
@@ -116,8 +120,6 @@ def circuit_features(
     q_level = [0] * len(qindex)  # depth layer reached on each bit
     c_level = [0] * len(cindex)
     q_free = [0.0] * len(qindex)  # seconds at which each bit is free (ASAP critical path)
-    q_busy = [0.0] * len(qindex)  # seconds each qubit spends in operations
-    q_first: dict[int, float] = {}  # start of each qubit's first operation
     c_free = [0.0] * len(cindex)
     operation_names = set(target.operation_names)
     # (name, qargs) -> (error or None, seconds): a circuit reuses few distinct entries.
@@ -128,7 +130,8 @@ def circuit_features(
     couplers: dict[tuple[str, tuple[int, ...]], float] = {}
     two_qubit = one_qubit = measurements = 0
     log_fidelity = 0.0
-    timeline: list[tuple[str, tuple[int, ...], float]] = []  # for the light cone
+    # (name, qubits, log-fidelity term, seconds) per instruction: light cone and ALAP idle time.
+    timeline: list[tuple[str, tuple[int, ...], float, float]] = []
     for instruction in transpiled.data:
         operation = instruction.operation
         name = operation.name
@@ -158,20 +161,19 @@ def circuit_features(
         for q in qargs:
             q_level[q] = level
             q_free[q] = end
-            if not skipped:
-                q_busy[q] += seconds
-                q_first.setdefault(q, start)
         for c in cargs:
             c_level[c] = level
             c_free[c] = end
         if skipped:
+            if name == "barrier":  # it synchronises the schedule the idle time is read from
+                timeline.append((name, qargs, 0.0, 0.0))
             continue
 
         term = 0.0
         if error:
             term = math.log1p(-error) if error < 1.0 else LOG_FIDELITY_FLOOR
             log_fidelity += term
-        timeline.append((name, qargs, term))
+        timeline.append((name, qargs, term, seconds))
         active.update(qargs)
         if isinstance(operation, ControlFlowOp):
             continue
@@ -204,6 +206,7 @@ def circuit_features(
     t2 = [p.t2 for q in active if q < len(qprops) and (p := qprops[q]) is not None and p.t2]
 
     coupler_errors = list(couplers.values())
+    idle = _alap_idle_seconds(timeline)
     duration = max(q_free + c_free, default=0.0)
     return CircuitFeatures(
         num_qubits=len(active),
@@ -220,19 +223,27 @@ def circuit_features(
         mean_t1_s=_mean(t1),
         mean_t2_s=_mean(t2),
         duration_s=duration,
-        idle_qubit_seconds=sum(
-            max(0.0, q_free[q] - q_first.get(q, 0.0) - q_busy[q]) for q in active
+        idle_qubit_seconds=sum(idle.values()),
+        idle_t1_exposure=sum(
+            seconds / p.t1
+            for q, seconds in idle.items()
+            if q < len(qprops) and (p := qprops[q]) is not None and p.t1
         ),
         log_fidelity=max(log_fidelity, LOG_FIDELITY_FLOOR),
         cone_log_fidelity=max(_cone_log_fidelity(timeline), LOG_FIDELITY_FLOOR),
     )
 
 
-def _cone_log_fidelity(timeline: Sequence[tuple[str, tuple[int, ...], float]]) -> float:
+Timeline = Sequence[tuple[str, tuple[int, ...], float, float]]
+
+
+def _cone_log_fidelity(timeline: Timeline) -> float:
     """Log-fidelity of the instructions in the measurements' backward light cone."""
     cone: set[int] = set()
     total = 0.0
-    for name, qargs, term in reversed(timeline):
+    for name, qargs, term, _ in reversed(timeline):
+        if name == "barrier":
+            continue
         if name == "measure":
             cone.update(qargs)
             total += term
@@ -240,6 +251,27 @@ def _cone_log_fidelity(timeline: Sequence[tuple[str, tuple[int, ...], float]]) -
             cone.update(qargs)
             total += term
     return total
+
+
+def _alap_idle_seconds(timeline: Timeline) -> dict[int, float]:
+    """Idle time inside each qubit's window, per qubit, with operations as late as possible.
+
+    The runs are scheduled ALAP, so a qubit waits in |0> before its first gate (harmless) rather
+    than in its computed state before its measurement; an ASAP reading of the same circuit
+    counted that wait as harmful (on the fidelity runs: 81% within 0.05 against 79%).
+    """
+    free: dict[int, float] = {}  # time from the end of the shot, walking backwards
+    busy: dict[int, float] = {}
+    last: dict[int, float] = {}  # end (from the end of the shot) of each qubit's last operation
+    for name, qargs, _, seconds in reversed(timeline):
+        start = max((free.get(q, 0.0) for q in qargs), default=0.0)
+        end = start + seconds
+        for q in qargs:
+            free[q] = end
+            if name != "barrier":
+                busy[q] = busy.get(q, 0.0) + seconds
+                last.setdefault(q, start)
+    return {q: max(0.0, free[q] - last[q] - busy[q]) for q in busy}
 
 
 def _error(target: Target, name: str, qargs: tuple[int, ...]) -> float | None:
