@@ -339,9 +339,9 @@ class FidelityModel:
 
     Prediction = physics baseline + learned correction, with one correction for runs whose ideal
     distribution is known and one for runs where it is not (wider than ``IDEAL_MAX_QUBITS``):
-    trained together, the second's large residuals distorted the first. Where the ideal is known,
-    unmitigated runs keep the baseline: on unseen families the correction made them worse (77%
-    within 0.05 against the baseline's 80%), while it does improve mitigated runs.
+    trained together, the second's large residuals distorted the first. A correction may be
+    limited to mitigated runs (``corrects_unmitigated``) for data where it does not carry over to
+    unmitigated ones; the shipped model corrects both.
     """
 
     def __init__(

@@ -120,7 +120,18 @@ class Task:
 
     @property
     def key(self) -> str:
-        return f"{self.family}/{self.size}"
+        return f"{self.family}/{self.size}/{self.seed}"
+
+
+def default_tasks(
+    families: Sequence[str] = FAMILIES, sizes: Sequence[int] = SIZES, seed: int = 0
+) -> list[Task]:
+    """What ``qonductor train fidelity --regenerate`` runs: every stack on one device per
+    circuit (task seed ``seed``), and the unmitigated circuit on every device (``seed + 1``; cheap,
+    and it shows the model each family under every device's noise)."""
+    return tasks(families, sizes, seed) + tasks(
+        families, sizes, seed + 1, stacks=("none",), devices=len(BACKENDS)
+    )
 
 
 def tasks(
@@ -204,6 +215,7 @@ def run_task(task: Task) -> list[dict[str, Any]]:
                 {
                     "family": task.family,
                     "size": task.size,
+                    "task_seed": task.seed,
                     "backend": name,
                     "stack": stack_name,
                     **features.to_dict(),
@@ -246,7 +258,10 @@ def _finished(path: Path) -> set[str]:
     if not path.exists():
         return set()
     with _open(path, "r") as f:
-        return {f"{row['family']}/{int(float(row['size']))}" for row in csv.DictReader(f)}
+        return {
+            f"{row['family']}/{int(float(row['size']))}/{int(float(row['task_seed']))}"
+            for row in csv.DictReader(f)
+        }
 
 
 def generate(
@@ -256,7 +271,7 @@ def generate(
     resume: bool = False,
     log: Any = print,
 ) -> Path:
-    """Run ``todo`` (default: every family and size) and append the rows to the CSV ``out``.
+    """Run ``todo`` (default: ``default_tasks()``) and append the rows to the CSV ``out``.
 
     Rows go to a plain CSV as each circuit finishes (``out`` itself, or ``out`` without its
     ``.gz`` while running: an unfinished gzip stream is unreadable), so a killed run keeps its
@@ -271,7 +286,7 @@ def generate(
     if not resume:
         for stale in {path, work}:
             stale.unlink(missing_ok=True)
-    pending = list(tasks() if todo is None else todo)
+    pending = list(default_tasks() if todo is None else todo)
     if resume:
         done = _finished(work)
         pending = [t for t in pending if t.key not in done]
@@ -314,9 +329,15 @@ def _map(
         return
     import multiprocessing
 
-    # Spawned workers: fork after Aer or BLAS threads start is unsafe.
-    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+    from kernel_server.workers.lifeline import start_lifeline
+
+    # Spawned workers: fork after Aer or BLAS threads start is unsafe. The lifeline ends them
+    # when this process is killed (they would otherwise simulate on for minutes as orphans).
+    with multiprocessing.get_context("spawn").Pool(workers, initializer=start_lifeline) as pool:
         yield from pool.imap_unordered(_run_logged, pending)
+
+
+_INTEGERS = frozenset({"size", "task_seed"})
 
 
 def load_rows(path: str | Path) -> list[dict[str, Any]]:
@@ -373,6 +394,6 @@ def _write_rows(rows: list[dict[str, Any]], target: Path) -> Path:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: (int(v) if k == "size" else v) for k, v in row.items()})
+            writer.writerow({k: (int(v) if k in _INTEGERS else v) for k, v in row.items()})
     tmp.replace(target)
     return target
