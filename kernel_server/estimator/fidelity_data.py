@@ -169,7 +169,12 @@ def run_task(task: Task) -> list[dict[str, Any]]:
     from qiskit.quantum_info import hellinger_fidelity
 
     from kernel_server.estimator.features import circuit_features
-    from kernel_server.estimator.fidelity import compile_for, ideal_summary, stack_features
+    from kernel_server.estimator.fidelity import (
+        circuit_class_features,
+        compile_for,
+        ideal_summary,
+        stack_features,
+    )
     from kernel_server.estimator.mitigation.stack import (
         choose_layout,
         parse_stack,
@@ -185,6 +190,7 @@ def run_task(task: Task) -> list[dict[str, Any]]:
     ideal = ideal_summary(circuit)
     assert ideal is not None  # sizes here are far below the statevector limit
     ideal_dict = ideal_probabilities(circuit)
+    circuit_class = circuit_class_features(circuit)
     chosen = rng.sample(list(task.backends), min(task.devices, len(task.backends)))
     rows: list[dict[str, Any]] = []
     for position, name in enumerate(chosen):
@@ -221,6 +227,7 @@ def run_task(task: Task) -> list[dict[str, Any]]:
                     **features.to_dict(),
                     **ideal.features(features.to_dict()),
                     **stack_features(stack, circuit),
+                    **circuit_class,
                     "numerical_fidelity": features.fidelity,
                     "hellinger_fidelity": float(hellinger_fidelity(distribution, ideal_dict)),
                     "run_seconds": seconds,
@@ -363,7 +370,7 @@ def refresh_feature_columns(path: str | Path, out: str | Path | None = None) -> 
     are kept. Writes ``out`` (default: ``path`` itself).
     """
     from kernel_server.estimator.features import circuit_features
-    from kernel_server.estimator.fidelity import compile_for, ideal_summary
+    from kernel_server.estimator.fidelity import circuit_class_features, compile_for, ideal_summary
     from kernel_server.workers.devices import load_backend
 
     rows = load_rows(path)
@@ -382,8 +389,10 @@ def refresh_feature_columns(path: str | Path, out: str | Path | None = None) -> 
         features = circuit_features(transpiled, target, shots=int(row["shots"]))
         row.update(features.to_dict())
         if key not in summaries:
-            summaries[key] = ideal_summary(circuit)
-        row.update(summaries[key].features(row))
+            summaries[key] = (ideal_summary(circuit), circuit_class_features(circuit))
+        ideal, circuit_class = summaries[key]
+        row.update(circuit_class)
+        row.update(ideal.features(row))
     return _write_rows(rows, Path(out) if out is not None else Path(path))
 
 

@@ -36,6 +36,9 @@ LEARNING_RATE = 0.05
 MAX_DEPTH = 6
 MIN_LEAF = 10
 SUBSAMPLE = 0.8
+# Huber: a few runs far off the baseline (devices that lose more than their calibration says)
+# pull a squared loss around; within 0.05 went 84.7% -> 85.1%, mitigated MAE 0.037 -> 0.035.
+LOSS = "huber"
 CV_FOLDS = 5
 
 
@@ -55,6 +58,7 @@ def _fit_correction(
     # they cannot tell apart then defaults to the baseline instead of to an average fidelity.
     y = np.asarray([float(r["hellinger_fidelity"]) - float(r["baseline"]) for r in data])
     gbr = GradientBoostingRegressor(
+        loss=LOSS,
         n_estimators=TREES,
         learning_rate=LEARNING_RATE,
         max_depth=MAX_DEPTH,

@@ -32,6 +32,7 @@ from kernel_server.estimator.features import CircuitFeatures, circuit_features, 
 from kernel_server.estimator.fidelity import (
     FidelityModel,
     IdealSummary,
+    circuit_class_features,
     compile_for,
     ideal_summary,
     measured_bits,
@@ -253,6 +254,7 @@ def _estimates(
     except ValueError:  # mid-circuit measurement: no single outcome distribution to summarise
         ideal = None
     bits = measured_bits(circuit)
+    circuit_class = circuit_class_features(circuit)
     per_stack = [
         (stack, stack_features(stack, circuit), stack.overhead(circuit)) for stack in stacks
     ]
@@ -262,7 +264,7 @@ def _estimates(
         for stack, s_features, overhead in per_stack:
             total_shots = max(1, round(shots * overhead.shots_factor))
             per_circuit = max(1, math.ceil(total_shots / overhead.num_circuits))
-            rows.append(model_row(c.features.to_dict(), ideal_row, s_features))
+            rows.append(model_row(c.features.to_dict(), ideal_row, s_features, circuit_class))
             jobs.append(replace(c.features, shots=per_circuit, num_circuits=overhead.num_circuits))
             meta.append((c, stack, overhead, total_shots))
     fidelities = fidelity_model.predict(rows)
