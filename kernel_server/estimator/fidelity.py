@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from qiskit import QuantumCircuit
 
-from kernel_server.estimator.forest import ModelFileError, TreeForest
+from kernel_server.estimator.forest import ModelFileError, TreeForest, save_model_json
 
 # Above this many measured qubits the ideal distribution is not computed at plan time: the
 # statevector costs ~0.05 s at 16 qubits and doubles per qubit (0.5-1.6 s at 20).
@@ -167,6 +167,21 @@ def ideal_summary(
 # --------------------------------------------------------------------------------------------
 # Mitigation features
 # --------------------------------------------------------------------------------------------
+
+# The stacks the model is trained on (fidelity_data runs them) and resource plans are made of.
+# Cutting is not among them: its subexperiments measure mid-circuit, so there is no outcome
+# distribution to compare.
+TRAINED_STACKS: tuple[str, ...] = (
+    "none",
+    "rem",
+    "dd",
+    "dd+rem",
+    "twirl",
+    "twirl+rem+dd",
+    "zne",
+    "zne+rem",
+    "pec",
+)
 
 STACK_COLUMNS: tuple[str, ...] = (
     "techniques",
@@ -443,12 +458,7 @@ class FidelityModel:
         )
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
-        tmp.replace(path)
-        return path
+        return save_model_json(self.to_json(), path)
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> FidelityModel:

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernel_server.estimator.fidelity import TRAINED_STACKS
+
 # MQT Bench families and sizes. Left out: dynamic circuits (mid-circuit measurement: dynamic_qft,
 # ghz_dynamic, iqpe), qwalk (hundreds of CX at 4 qubits), fixed-size codes and Shor (sizes far
 # from the small-circuit range a noisy density-matrix run can afford many times over).
@@ -86,19 +88,7 @@ BACKENDS: tuple[str, ...] = (
     "fake_prague",
 )
 
-# The stacks resource plans are made of (see estimator.plans); cutting is not among them (its
-# subexperiments measure mid-circuit, so there is no outcome distribution to compare).
-STACKS: tuple[str, ...] = (
-    "none",
-    "rem",
-    "dd",
-    "dd+rem",
-    "twirl",
-    "twirl+rem+dd",
-    "zne",
-    "zne+rem",
-    "pec",
-)
+STACKS: tuple[str, ...] = TRAINED_STACKS
 SHOTS: tuple[int, ...] = (1000, 4000, 8000)
 
 # Bounds that keep one task to seconds: noisy density-matrix cost grows 4^qubits x gates.

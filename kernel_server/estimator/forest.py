@@ -9,9 +9,11 @@ code. Used by the runtime and fidelity models.
 from __future__ import annotations
 
 import base64
+import json
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,16 @@ import numpy as np
 
 class ModelFileError(FileNotFoundError):
     """A shipped model file is missing or unreadable."""
+
+
+def save_model_json(data: dict[str, Any], path: str | Path) -> Path:
+    """Write a model file atomically, so that a crash never leaves half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
 
 
 def encode_array(a: np.ndarray) -> dict[str, Any]:

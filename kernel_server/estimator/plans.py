@@ -30,6 +30,7 @@ from qiskit.providers import BackendV2
 
 from kernel_server.estimator.features import CircuitFeatures, circuit_features, runtime_frame
 from kernel_server.estimator.fidelity import (
+    TRAINED_STACKS,
     FidelityModel,
     IdealSummary,
     circuit_class_features,
@@ -44,19 +45,8 @@ from kernel_server.estimator.mitigation.stack import MitigationStack, StackSpec,
 from kernel_server.estimator.pareto import pareto_ranks
 from kernel_server.estimator.prices import PriceTable
 
-# The stacks plans are made of: what the fidelity model was trained on (fidelity_data.STACKS).
-PLAN_STACKS: tuple[str, ...] = (
-    "none",
-    "rem",
-    "dd",
-    "dd+rem",
-    "twirl",
-    "twirl+rem+dd",
-    "zne",
-    "zne+rem",
-    "pec",
-)
-
+# The stacks plans are made of: those the fidelity model was trained on.
+PLAN_STACKS: tuple[str, ...] = TRAINED_STACKS
 
 NO_ACCELERATOR = "none"  # plans without classical post-processing
 

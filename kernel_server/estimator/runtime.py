@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kernel_server.estimator.forest import ModelFileError, TreeForest
+from kernel_server.estimator.forest import ModelFileError, TreeForest, save_model_json
 
 __all__ = ["ModelFileError", "RuntimeModel", "main", "train_runtime"]
 
@@ -297,12 +297,7 @@ class RuntimeModel:
 
     def save(self, path: str | Path) -> Path:
         """Write the model as JSON (atomically, so a crash never leaves half a file)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
-        tmp.replace(path)
-        return path
+        return save_model_json(self.to_json(), path)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RuntimeModel:
