@@ -303,7 +303,8 @@ def derived_features(row: Mapping[str, float]) -> dict[str, float]:
     }
 
 
-def _model_features() -> tuple[str, ...]:
+def model_features() -> tuple[str, ...]:
+    """Input columns of the fidelity model, in order."""
     from kernel_server.estimator.features import FEATURE_COLUMNS
 
     return (
@@ -344,11 +345,6 @@ def compile_for(
 FORMAT = "qonductor-fidelity-gbt/2"
 DEFAULT_MODEL_PATH = Path(__file__).parent / "models" / "fidelity.json"
 REBUILD_HINT = "rebuild it with `qonductor train fidelity`"
-
-
-def model_features() -> tuple[str, ...]:
-    """Input columns of the fidelity model, in order."""
-    return _model_features()
 
 
 @dataclass
