@@ -20,10 +20,7 @@ The regressor is scikit-learn gradient boosting; the shipped file holds its tree
 
 from __future__ import annotations
 
-import json
 import math
-import threading
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +29,12 @@ from typing import Any
 import numpy as np
 from qiskit import QuantumCircuit
 
-from kernel_server.estimator.forest import ModelFileError, TreeForest, save_model_json
+from kernel_server.estimator.forest import ModelFileError as ModelFileError  # re-exported
+from kernel_server.estimator.forest import (
+    TreeForest,
+    load_model_json,
+    save_model_json,
+)
 
 # Above this many measured qubits the ideal distribution is not computed at plan time: the
 # statevector costs ~0.05 s at 16 qubits and doubles per qubit (0.5-1.6 s at 20).
@@ -458,33 +460,6 @@ class FidelityModel:
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> FidelityModel:
-        """The model file (default: the one shipped with the package); cached per path."""
+        """The model file (default: the one shipped with the package), parsed once per version."""
         path = Path(path) if path is not None else DEFAULT_MODEL_PATH
-        key = str(path.resolve())
-        with _cache_lock:
-            cached = _loaded.get(key)
-        if cached is not None and cached[0] == _mtime(path):
-            return cached[1]
-        if not path.is_file():
-            raise ModelFileError(f"fidelity model file {path} not found; {REBUILD_HINT}")
-        try:
-            model = cls.from_json(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, KeyError, TypeError, zlib.error) as exc:
-            raise ModelFileError(
-                f"fidelity model file {path} is unreadable ({type(exc).__name__}: {exc}); "
-                f"{REBUILD_HINT}"
-            ) from exc
-        with _cache_lock:
-            _loaded[key] = (_mtime(path), model)
-        return model
-
-
-_cache_lock = threading.Lock()
-_loaded: dict[str, tuple[float, FidelityModel]] = {}
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return -1.0
+        return load_model_json(path, "fidelity", cls.from_json, REBUILD_HINT)

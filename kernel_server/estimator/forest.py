@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,41 @@ import numpy as np
 
 class ModelFileError(FileNotFoundError):
     """A shipped model file is missing or unreadable."""
+
+
+_cache_lock = threading.Lock()
+_cache: dict[tuple[str, str], tuple[tuple[int, int], Any]] = {}
+
+
+def load_model_json(
+    path: Path, kind: str, parse: Callable[[dict[str, Any]], Any], rebuild_hint: str
+) -> Any:
+    """``parse`` of the JSON model file at ``path``, kept until the file changes.
+
+    Estimates call this on every request; without the cache each would parse the file again
+    (1 MB for the runtime model). Missing or unreadable files raise :class:`ModelFileError`
+    naming ``kind`` and how to rebuild it.
+    """
+    key = (str(path.resolve()), f"{parse.__module__}.{parse.__qualname__}")
+    try:
+        stat = path.stat()
+    except OSError:
+        raise ModelFileError(f"{kind} model file {path} not found; {rebuild_hint}") from None
+    version = (stat.st_mtime_ns, stat.st_size)
+    with _cache_lock:
+        cached = _cache.get(key)
+    if cached is not None and cached[0] == version:
+        return cached[1]
+    try:
+        model = parse(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, zlib.error) as exc:
+        # json.JSONDecodeError and binascii.Error are ValueErrors.
+        raise ModelFileError(
+            f"{kind} model file {path} is unreadable ({type(exc).__name__}: {exc}); {rebuild_hint}"
+        ) from exc
+    with _cache_lock:
+        _cache[key] = (version, model)
+    return model
 
 
 def save_model_json(data: dict[str, Any], path: str | Path) -> Path:

@@ -32,9 +32,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import hashlib
-import json
 import sys
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +41,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kernel_server.estimator.forest import ModelFileError, TreeForest, save_model_json
+from kernel_server.estimator.forest import (
+    ModelFileError,
+    TreeForest,
+    load_model_json,
+    save_model_json,
+)
 
 __all__ = ["ModelFileError", "RuntimeModel", "main", "train_runtime"]
 
@@ -313,18 +316,10 @@ class RuntimeModel:
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> RuntimeModel:
-        """Load a model file (default: the one shipped next to this module)."""
+        """Load a model file (default: the one shipped next to this module), parsed once per
+        version of the file."""
         path = Path(path) if path is not None else DEFAULT_MODEL_PATH
-        if not path.is_file():
-            raise ModelFileError(f"runtime model file {path} not found; {REBUILD_HINT}")
-        try:
-            return cls.from_json(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, KeyError, TypeError, zlib.error) as exc:
-            # json.JSONDecodeError and binascii.Error are ValueErrors.
-            raise ModelFileError(
-                f"runtime model file {path} is unreadable ({type(exc).__name__}: {exc}); "
-                f"{REBUILD_HINT}"
-            ) from exc
+        return load_model_json(path, "runtime", cls.from_json, REBUILD_HINT)
 
 
 # --------------------------------------------------------------------------------------------
