@@ -176,7 +176,13 @@ def test_refreshing_features_rebuilds_what_the_runs_saw(tiny_runs, tmp_path):
     # of stored runs reproduces them (what makes a changed feature definition cheap to apply).
     refreshed = load_rows(refresh_feature_columns(tiny_runs, tmp_path / "again.csv.gz"))
     for before, after in zip(load_rows(tiny_runs), refreshed, strict=True):
-        for column in ("depth", "two_qubit_gates", "log_fidelity", "approximate_hellinger"):
+        for column in (
+            "depth",
+            "two_qubit_gates",
+            "log_fidelity",
+            "state_fidelity",
+            "approximate_hellinger",
+        ):
             assert after[column] == pytest.approx(before[column], rel=1e-9), column
 
 

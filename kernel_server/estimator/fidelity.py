@@ -10,7 +10,9 @@ Inputs per prediction (``MODEL_FEATURES``):
   Hellinger fidelity of a noisy run depends on it as much as on the noise: a run whose ideal
   output is uniform keeps fidelity ~1 under depolarizing noise, a run with one ideal outcome loses
   what the noise takes. ``depolarized_hellinger`` is that fidelity under the global depolarizing
-  approximation (noisy = f ideal + (1 - f) uniform, f the numerical fidelity). Circuits wider than
+  approximation (noisy = f ideal + (1 - f) uniform, f the numerical fidelity);
+  ``approximate_hellinger`` the same picture with readout flips, sampled shots and, as f, the
+  state-aware error budget of ``state_noise`` (``state_fidelity``). Circuits wider than
   ``IDEAL_MAX_QUBITS`` measured qubits have no ideal summary: those features are -1, and the
   model is trained on copies of every row with them masked so it knows that case too.
 
@@ -74,27 +76,36 @@ class IdealSummary:
         f = min(max(gate_fidelity, 0.0), 1.0)
         return f * q.reshape(-1) + (1.0 - f) * 2.0 ** (-bits)
 
-    def approximate_hellinger(self, features: Mapping[str, float]) -> float:
+    def approximate_hellinger(
+        self, features: Mapping[str, float], state_log_fidelity: float | None = None
+    ) -> float:
         """Hellinger fidelity to the ideal of ``shots`` samples of :meth:`approximate_run`.
 
+        The gate fidelity is the state-aware error budget (``state_noise``) where it was computed,
+        else the error product of the measurements' light cone with idling charged on top.
         Sampling (with a fixed seed, so it is a function of its inputs) carries the finite-shot
         loss that a spread-out distribution suffers at a few thousand shots.
         """
         readout = float(features["mean_readout_error"])
-        measurements = float(features["measurements"])
-        gate_log = float(features[LOG_FIDELITY]) - measurements * math.log1p(-min(readout, 0.5))
-        # Idling: a qubit in a random state has on average half its population excited, which
-        # decays as exp(-t / T1), so each idle second costs 1 / (2 T1) of log-fidelity. On the
-        # runs of fidelity_data this lifts the share within 0.05 from 66% to 81% (factors 0.25
-        # and 0.75 give 75%; T2 in place of T1 fits no better).
-        gate_log -= 0.5 * float(features["idle_t1_exposure"])
+        if state_log_fidelity is not None:
+            gate_log = state_log_fidelity
+        else:
+            measurements = float(features["measurements"])
+            gate_log = float(features[LOG_FIDELITY]) - measurements * math.log1p(-min(readout, 0.5))
+            # Idling: a qubit in a random state has on average half its population excited,
+            # which decays as exp(-t / T1), so each idle second costs 1 / (2 T1) of
+            # log-fidelity (on the runs of fidelity_data: 66% -> 81% within 0.05).
+            gate_log -= 0.5 * float(features["idle_t1_exposure"])
         q = self.approximate_run(math.exp(min(gate_log, 0.0)), readout)
         shots = max(int(features["shots"]), 1)
         sampled = np.random.default_rng(0).multinomial(shots, q / q.sum()) / shots
         return float(np.sqrt(self.probabilities * sampled).sum() ** 2)
 
-    def features(self, features: Mapping[str, float]) -> dict[str, float]:
-        """The ideal-distribution columns for a run with these circuit features."""
+    def features(
+        self, features: Mapping[str, float], state_log_fidelity: float | None = None
+    ) -> dict[str, float]:
+        """The ideal-distribution columns for a run with these circuit features (and the
+        state-aware log-fidelity of its compiled circuit, where known)."""
         return {
             "measured_bits": float(self.measured_bits),
             "ideal_entropy_bits": self.entropy_bits,
@@ -102,8 +113,26 @@ class IdealSummary:
             "depolarized_hellinger": self.depolarized_hellinger(
                 math.exp(float(features["log_fidelity"]))
             ),
-            "approximate_hellinger": self.approximate_hellinger(features),
+            "state_fidelity": UNKNOWN
+            if state_log_fidelity is None
+            else math.exp(state_log_fidelity),
+            "approximate_hellinger": self.approximate_hellinger(features, state_log_fidelity),
         }
+
+
+def ideal_features(
+    ideal: IdealSummary | None,
+    bits: int,
+    features: Mapping[str, float],
+    transpiled: QuantumCircuit,
+    target: Any,
+) -> dict[str, float]:
+    """The ideal-distribution columns of one compiled run (all UNKNOWN without ``ideal``)."""
+    from kernel_server.estimator.state_noise import state_log_fidelity
+
+    if ideal is None:
+        return unknown_ideal_features(bits)
+    return ideal.features(features, state_log_fidelity(transpiled, target))
 
 
 IDEAL_COLUMNS: tuple[str, ...] = (
@@ -111,6 +140,7 @@ IDEAL_COLUMNS: tuple[str, ...] = (
     "ideal_entropy_bits",
     "ideal_entropy_fraction",
     "depolarized_hellinger",
+    "state_fidelity",
     "approximate_hellinger",
 )
 

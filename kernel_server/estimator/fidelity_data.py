@@ -162,6 +162,7 @@ def run_task(task: Task) -> list[dict[str, Any]]:
     from kernel_server.estimator.fidelity import (
         circuit_class_features,
         compile_for,
+        ideal_features,
         ideal_summary,
         stack_features,
     )
@@ -215,7 +216,9 @@ def run_task(task: Task) -> list[dict[str, Any]]:
                     "backend": name,
                     "stack": stack_name,
                     **features.to_dict(),
-                    **ideal.features(features.to_dict()),
+                    **ideal_features(
+                        ideal, ideal.measured_bits, features.to_dict(), transpiled, backend.target
+                    ),
                     **stack_features(stack, circuit),
                     **circuit_class,
                     "numerical_fidelity": features.fidelity,
@@ -360,7 +363,12 @@ def refresh_feature_columns(path: str | Path, out: str | Path | None = None) -> 
     are kept. Writes ``out`` (default: ``path`` itself).
     """
     from kernel_server.estimator.features import circuit_features
-    from kernel_server.estimator.fidelity import circuit_class_features, compile_for, ideal_summary
+    from kernel_server.estimator.fidelity import (
+        circuit_class_features,
+        compile_for,
+        ideal_features,
+        ideal_summary,
+    )
     from kernel_server.workers.devices import load_backend
 
     rows = load_rows(path)
@@ -376,13 +384,13 @@ def refresh_feature_columns(path: str | Path, out: str | Path | None = None) -> 
                 warnings.simplefilter("ignore")
                 compiled[device] = (compile_for(circuit, backend), backend.target)
         transpiled, target = compiled[device]
-        features = circuit_features(transpiled, target, shots=int(row["shots"]))
-        row.update(features.to_dict())
+        features = circuit_features(transpiled, target, shots=int(row["shots"])).to_dict()
+        row.update(features)
         if key not in summaries:
             summaries[key] = (ideal_summary(circuit), circuit_class_features(circuit))
         ideal, circuit_class = summaries[key]
         row.update(circuit_class)
-        row.update(ideal.features(row))
+        row.update(ideal_features(ideal, ideal.measured_bits, features, transpiled, target))
     return _write_rows(rows, Path(out) if out is not None else Path(path))
 
 

@@ -32,14 +32,13 @@ from kernel_server.estimator.features import CircuitFeatures, circuit_features, 
 from kernel_server.estimator.fidelity import (
     TRAINED_STACKS,
     FidelityModel,
-    IdealSummary,
     circuit_class_features,
     compile_for,
+    ideal_features,
     ideal_summary,
     measured_bits,
     model_row,
     stack_features,
-    unknown_ideal_features,
 )
 from kernel_server.estimator.mitigation.stack import MitigationStack, StackSpec, parse_stack
 from kernel_server.estimator.pareto import pareto_ranks
@@ -225,10 +224,6 @@ def _compile(circuit: QuantumCircuit, name: str, backend: BackendV2, shots: int)
     return _Compiled(name, backend, transpiled, circuit_features(transpiled, backend.target, shots))
 
 
-def _ideal_features(ideal: IdealSummary | None, bits: int, features: CircuitFeatures) -> dict:
-    return unknown_ideal_features(bits) if ideal is None else ideal.features(features.to_dict())
-
-
 def _estimates(
     circuit: QuantumCircuit,
     compiled: Sequence[_Compiled],
@@ -250,7 +245,9 @@ def _estimates(
     ]
     rows, jobs, meta = [], [], []
     for c in compiled:
-        ideal_row = _ideal_features(ideal, bits, c.features)
+        ideal_row = ideal_features(
+            ideal, bits, c.features.to_dict(), c.transpiled, c.backend.target
+        )
         for stack, s_features, overhead in per_stack:
             total_shots = max(1, round(shots * overhead.shots_factor))
             per_circuit = max(1, math.ceil(total_shots / overhead.num_circuits))
