@@ -18,6 +18,8 @@ from . import protocol as P
 from .config import DEFAULT_SHOTS
 from .fleet import QueuedJob, SimulatedQPU
 from .jobs import JobRecord, JobState, WorkflowRun, WorkflowState, new_id
+from .scheduler.cycle import QPUView
+from .scheduler.dispatch import CycleDispatcher
 from .scheduler.placement import DEFAULT_PLACEMENT, Candidate, place
 from .store import Store
 from .workers.classical import StepOutcome, StepSpec
@@ -64,6 +66,7 @@ class JobManager:
         self.emit = emit
         self.reply = reply
         self.placement = placement
+        self.dispatcher = CycleDispatcher(self._qpu_views)
         self.slots = {"classical": classical_slots, "quantum": quantum_step_slots}
         self.step_queue: dict[str, list[tuple[str, int]]] = {"classical": [], "quantum": []}
         self.runs: dict[str, WorkflowRun] = {}
@@ -354,7 +357,17 @@ class JobManager:
                 Candidate(q.name, by_name[q.name].fidelity, q.expected_wait_s()) for q in qpus
             ]
             policy = options.get("placement", self.placement)
-            chosen = place(candidates, policy, options.get("priority", "balanced"))
+            priority = options.get("priority", "balanced")
+            if policy == "qonductor" and len(candidates) > 1:
+                name = await self.dispatcher.place(
+                    job.id,
+                    msg.num_qubits,
+                    {c.qpu: (c.fidelity, by_name[c.qpu].duration_s) for c in candidates},
+                    priority,
+                )
+                chosen = next(c for c in candidates if c.qpu == name)
+            else:
+                chosen = place(candidates, policy, priority)
             est = by_name[chosen.qpu]
             job.qpu, job.est_fidelity, job.est_duration_s = chosen.qpu, est.fidelity, est.duration_s
             job.num_circuits = est.num_circuits
@@ -397,6 +410,13 @@ class JobManager:
             if not job.state.final:
                 self.move(job, JobState.FAILED, job.error)
             await self.reply(identity, rid, P.ErrorReply(type=type(exc).__name__, message=str(exc)))
+
+    def _qpu_views(self) -> list[QPUView]:
+        """The fleet as a scheduling cycle sees it (online QPUs, their queues now)."""
+        return [
+            QPUView(q.name, q.num_qubits, q.expected_wait_s(), q.queue_length(), q.online)
+            for q in self.qpus.values()
+        ]
 
     def _seed(self, run: WorkflowRun, job: JobRecord, index: int) -> int | None:
         """Per-job simulator seed derived from the workflow's --seed: reproducible runs."""

@@ -101,6 +101,17 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("rest", nargs=argparse.REMAINDER, help="options of the trainer (--data, --out)")
     sub.add_parser("fleet", help="list the QPUs of the running orchestrator")
     sub.add_parser("workflows", help="list recent workflows")
+    sub.add_parser(
+        "simulate",
+        add_help=False,
+        help="compare scheduling policies on a simulated quantum cloud (--help for options)",
+    )
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["simulate"]:
+        # The simulator parses its own options (kernel_server.simulation.cli).
+        from kernel_server.simulation import cli as simulation_cli
+
+        return simulation_cli.main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo(args.notebook)

@@ -1,7 +1,8 @@
-"""Placement of one quantum job on one QPU: simple greedy baselines.
+"""Placement of one quantum job on one QPU: simple greedy alternatives to the cycle scheduler.
 
-These are not the NSGA-II scheduler (paper §7); they place each job on its own, as it arrives, and
-stay as named baselines beside it:
+The orchestrator's default, ``qonductor``, places jobs in cycles of the NSGA-II scheduler
+(``scheduler.dispatch``). These place each job on its own, as it arrives, and stay selectable
+(``placement`` in the configuration):
 
 * ``highest-fidelity`` - what users do today: the QPU with the best estimated fidelity, whatever its
   queue (the FCFS baseline of the paper).
@@ -54,11 +55,13 @@ def fidelity_tolerance(candidates: list[Candidate], priority: str = "balanced") 
 
 
 PLACEMENT_POLICIES: Mapping[str, Callable[[list[Candidate], str], Candidate]] = {
+    # The cycle scheduler; here (one candidate at a time) it falls back to fidelity-tolerance.
+    "qonductor": fidelity_tolerance,
     "highest-fidelity": highest_fidelity,
     "fidelity-tolerance": fidelity_tolerance,
     "least-busy": least_busy,
 }
-DEFAULT_PLACEMENT = "fidelity-tolerance"
+DEFAULT_PLACEMENT = "qonductor"
 
 
 def place(

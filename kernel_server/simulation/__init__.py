@@ -1,0 +1,1 @@
+"""Discrete-event simulation of a quantum cloud that runs the real scheduler (paper section 8)."""

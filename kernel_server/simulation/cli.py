@@ -1,0 +1,219 @@
+"""``qonductor simulate``: every policy over the same simulated hour, one table, JSON and plots."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kernel_server.scheduler.nsga2 import PREFERENCES
+from kernel_server.scheduler.policies import POLICIES
+
+
+def parse_policy(text: str) -> tuple[str, str]:
+    """ "qonductor" / "qonductor:jct" / "fcfs" -> (policy, preference)."""
+    name, _, preference = text.partition(":")
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+    if preference and preference not in PREFERENCES:
+        raise ValueError(f"unknown preference {preference!r}; known: {', '.join(PREFERENCES)}")
+    return name, preference or "balanced"
+
+
+def calibration_events(
+    qpus: int, hours: float, period_h: float, seed: int
+) -> list[tuple[float, int]]:
+    """Each QPU recalibrates every ``period_h`` hours from a seeded phase."""
+    rng = np.random.default_rng(seed + 17)
+    events = []
+    for q in range(qpus):
+        t = rng.uniform(0, period_h * 3600.0)
+        while t < hours * 3600.0:
+            events.append((float(t), q))
+            t += period_h * 3600.0
+    return sorted(events)
+
+
+def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
+    from kernel_server.scheduler.cycle import Triggers
+    from kernel_server.simulation import background as bg
+    from kernel_server.simulation.cloud import simulate
+    from kernel_server.simulation.workload import WorkloadSpec, generate, sim_qpus
+
+    wall0 = time.perf_counter()
+    policies = [parse_policy(p.strip()) for p in args.policies.split(",") if p.strip()]
+    if not policies:
+        raise ValueError("--policies lists no policy")
+    qpus = sim_qpus(args.qpus)
+    spec = WorkloadSpec(
+        jobs_per_hour=args.jobs_per_hour,
+        hours=args.hours,
+        mean_qubits=args.mean_qubits,
+        mean_shots=args.mean_shots,
+        mitigated_share=args.mitigated_share,
+    )
+    log(f"estimating the circuit pool on {len(qpus)} QPUs (cached after the first run)...")
+    workload = generate(spec, qpus, seed=args.seed, log=None)
+    if args.background == "trace":
+        trace = Path(args.queue_trace)
+        if not trace.exists():
+            raise FileNotFoundError(
+                f"{trace}: queue trace not found; pass --queue-trace PATH or --background synthetic"
+            )
+        rates = bg.trace_rates(trace, len(qpus), args.background_load, args.hours, args.seed)
+    elif args.background == "synthetic":
+        rates = bg.synthetic_rates(len(qpus), args.background_load, args.seed)
+    else:
+        rates = np.zeros((len(qpus), 1))
+    background = bg.background_jobs(rates, args.hours, args.seed)
+    calibrations = calibration_events(len(qpus), args.hours, args.calibration_hours, args.seed)
+    reservations = [_reservation(text) for text in args.reserve]
+    log(
+        f"{workload.num_jobs} jobs over {args.hours:g} h on {len(qpus)} QPUs "
+        f"({', '.join(q.name for q in qpus)}); {len(background)} background jobs "
+        f"({args.background}); {len(calibrations)} calibrations; "
+        f"{sum(s != 'none' for s in workload.stack)} jobs mitigated"
+    )
+    results: dict[str, Any] = {}
+    runs = {}
+    for name, preference in policies:
+        key = name if name != "qonductor" or preference == "balanced" else f"{name}:{preference}"
+        outcome = simulate(
+            workload,
+            name,
+            preference,
+            seed=args.seed,
+            background=background,
+            calibrations=calibrations,
+            reservations=reservations,
+            triggers=Triggers(queue_size=args.trigger_size, interval_s=args.trigger_interval),
+        )
+        runs[key] = outcome
+        results[key] = outcome.metrics()
+        log(f"  {key:<22} done in {outcome.wall_s:.1f} s")
+    results["wall_seconds"] = time.perf_counter() - wall0
+    results["setup"] = {
+        "jobs": workload.num_jobs,
+        "qpus": [q.name for q in qpus],
+        "jobs_per_hour": args.jobs_per_hour,
+        "hours": args.hours,
+        "seed": args.seed,
+        "background": args.background,
+        "background_load": args.background_load,
+        "mitigated_share": args.mitigated_share,
+    }
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=2, default=float))
+    if args.plots:
+        from kernel_server.simulation.plots import write_plots
+
+        for path in write_plots(runs, workload, Path(args.plots)):
+            log(f"plot: {path}")
+    return results
+
+
+def _reservation(text: str) -> Any:
+    from kernel_server.simulation.cloud import Reservation
+
+    try:
+        qpu, window = text.split("@")
+        start, end = (float(v) for v in window.split("-"))
+    except ValueError:
+        raise ValueError(f"--reserve takes QPU@START-END in seconds, got {text!r}") from None
+    if end <= start:
+        raise ValueError(f"reservation {text!r} ends before it starts")
+    return Reservation(qpu, start, end)
+
+
+def format_table(results: dict[str, Any]) -> str:
+    rows = [(k, v) for k, v in results.items() if isinstance(v, dict) and "mean_jct_s" in v]
+    head = (
+        f"{'policy':<20}{'mean JCT':>11}{'p95 JCT':>11}{'fidelity':>10}{'util.':>8}"
+        f"{'load diff':>11}{'cycles':>8}{'completed':>11}"
+    )
+    lines = [head, "-" * len(head)]
+    for name, m in rows:
+        lines.append(
+            f"{name:<20}{m['mean_jct_s']:>10.1f}s{m['p95_jct_s']:>10.1f}s"
+            f"{m['mean_fidelity']:>10.3f}{m['mean_utilization']:>8.1%}"
+            f"{m['max_load_difference']:>11.1%}{m['cycles']:>8}{m['completed']:>11}"
+        )
+    base = results.get("fcfs")
+    for name, m in rows:
+        if name.startswith("qonductor") and base:
+            lines.append(
+                f"{name} vs fcfs: mean JCT {1 - m['mean_jct_s'] / base['mean_jct_s']:+.1%} lower, "
+                f"fidelity {m['mean_fidelity'] / base['mean_fidelity']:.1%} of FCFS's, "
+                f"utilization {m['mean_utilization'] / max(base['mean_utilization'], 1e-9):.2f}x"
+            )
+    lines.append(f"wall time of the whole run: {results.get('wall_seconds', 0):.1f} s")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from kernel_server.simulation.background import DEFAULT_TRACE
+
+    p = argparse.ArgumentParser(
+        prog="qonductor simulate",
+        description="Simulate a quantum cloud under several scheduling policies (same jobs, "
+        "same background load) and compare JCT, fidelity, utilization and load balance.",
+    )
+    p.add_argument("--jobs-per-hour", type=float, default=1500.0)
+    p.add_argument("--qpus", type=int, default=8, help="how many simulated QPUs (1-16)")
+    p.add_argument("--hours", type=float, default=1.0, help="simulated hours of arrivals")
+    p.add_argument(
+        "--policies",
+        default="qonductor,fcfs,least-busy,round-robin",
+        help="comma-separated; qonductor:jct / qonductor:fidelity pick a preset",
+    )
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default=None, help="write the metrics as JSON here")
+    p.add_argument(
+        "--plots", default="simulation_plots", help="folder for the PNG plots ('' for none)"
+    )
+    p.add_argument("--mean-qubits", type=float, default=9.0)
+    p.add_argument("--mean-shots", type=float, default=4000.0)
+    p.add_argument("--mitigated-share", type=float, default=0.5)
+    p.add_argument(
+        "--background",
+        choices=("synthetic", "trace", "none"),
+        default="synthetic",
+        help="other users' load: synthetic, replayed from the IBM queue trace, or none",
+    )
+    p.add_argument("--background-load", type=float, default=0.25, help="mean utilization")
+    p.add_argument("--queue-trace", default=str(DEFAULT_TRACE))
+    p.add_argument("--calibration-hours", type=float, default=24.0)
+    p.add_argument(
+        "--trigger-size", type=int, default=100, help="qonductor: a cycle when this many wait"
+    )
+    p.add_argument(
+        "--trigger-interval", type=float, default=120.0, help="qonductor: seconds between cycles"
+    )
+    p.add_argument(
+        "--reserve",
+        action="append",
+        default=[],
+        metavar="QPU@START-END",
+        help="reserve a QPU for a window of simulated seconds (repeatable)",
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        results = run(args, log=lambda text: print(text, file=sys.stderr))
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"qonductor simulate: error: {exc}", file=sys.stderr)
+        return 2
+    print(format_table(results))
+    return 0

@@ -1,0 +1,226 @@
+"""Quantum scheduler: objectives on hand-computed cases, constraints, NSGA-II quality, MCDM,
+baselines and triggers. Pure numpy/pymoo, no sockets."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from kernel_server.scheduler.cycle import (
+    CLOUD_TRIGGERS,
+    INTERACTIVE_TRIGGERS,
+    QPUView,
+    Triggers,
+    run_cycle,
+)
+from kernel_server.scheduler.nsga2 import (
+    best_fidelity_assignment,
+    earliest_completion_assignment,
+    nsga2_schedule,
+    preference_weights,
+    pseudo_weights,
+    select,
+)
+from kernel_server.scheduler.policies import POLICIES, PolicyState, get_policy
+from kernel_server.scheduler.problem import SchedulingError, SchedulingProblem
+
+
+def two_by_three() -> SchedulingProblem:
+    # QPU 0: small, idle, noisy; QPU 1: big, busy 10 s, good.
+    return SchedulingProblem(
+        wait=[0.0, 10.0],
+        qpu_qubits=[5, 27],
+        job_qubits=[3, 3, 20],
+        runtime=[[2.0, 1.0], [4.0, 3.0], [9.0, 5.0]],
+        fidelity=[[0.7, 0.9], [0.6, 0.8], [0.5, 0.75]],
+    )
+
+
+def test_jct_counts_only_the_jobs_ahead_in_fifo_order() -> None:
+    p = two_by_three()
+    # All on QPU 1: completion 10+1, 10+1+3, 10+1+3+5.
+    assert p.completion_times(np.array([1, 1, 1])).tolist() == [[11.0, 14.0, 19.0]]
+    # Job 0 on QPU 0 (2 s), jobs 1 and 2 on QPU 1: 2, 10+3, 10+3+5.
+    assert p.completion_times(np.array([0, 1, 1])).tolist() == [[2.0, 13.0, 18.0]]
+    f = p.evaluate(np.array([[1, 1, 1], [0, 1, 1]]))
+    assert f[0].tolist() == pytest.approx([44 / 3, 1 - (0.9 + 0.8 + 0.75) / 3])
+    assert f[1].tolist() == pytest.approx([11.0, 1 - (0.7 + 0.8 + 0.75) / 3])
+    assert p.evaluate(np.array([0, 1, 1])).shape == (2,)  # one assignment, one pair
+
+
+def test_offsets_add_time_already_waited() -> None:
+    p = two_by_three()
+    p2 = SchedulingProblem(p.wait, p.qpu_qubits, p.job_qubits, p.runtime, p.fidelity, [5, 0, 1])
+    assert p2.completion_times(np.array([0, 1, 1])).tolist() == [[7.0, 13.0, 19.0]]
+
+
+def test_qubit_constraint_and_bad_arrays() -> None:
+    p = two_by_three()
+    assert p.violation(np.array([[1, 1, 1], [0, 0, 0]])).tolist() == [0.0, 15.0]
+    assert p.unplaceable().tolist() == []
+    with pytest.raises(SchedulingError, match="shape"):
+        SchedulingProblem([0], [5], [3, 3], [[1.0], [1.0], [1.0]], [[1.0], [1.0]])
+    with pytest.raises(SchedulingError, match="NaN"):
+        SchedulingProblem([0], [5], [3], [[np.nan]], [[0.9]])
+    with pytest.raises(SchedulingError, match="0..1"):
+        p.evaluate(np.array([0, 2, 1]))
+    with pytest.raises(SchedulingError, match="integer"):
+        p.evaluate(np.array([0.5, 1, 1]))
+
+
+def test_nsga2_never_puts_a_job_on_a_too_small_qpu_and_refuses_unplaceable_jobs() -> None:
+    p = two_by_three()
+    r = nsga2_schedule(p, seed=0, population=20, max_generations=10)
+    assert r.assignment[2] == 1
+    assert (p.violation(r.front_assignments) == 0).all()
+    wide = SchedulingProblem([0, 0], [5, 27], [30], [[1.0, 1.0]], [[0.9, 0.9]])
+    with pytest.raises(SchedulingError, match="fit no QPU"):
+        nsga2_schedule(wide)
+
+
+def _exact_front(p: SchedulingProblem) -> np.ndarray:
+    xs = np.asarray(list(itertools.product(range(p.num_qpus), repeat=p.num_jobs)))
+    f = p.evaluate(xs[p.violation(xs) == 0])
+    f = f[np.lexsort((f[:, 1], f[:, 0]))]
+    front, best = [], np.inf
+    for point in f:
+        if point[1] < best:
+            front.append(point)
+            best = point[1]
+    return np.asarray(front)
+
+
+def test_nsga2_front_matches_the_enumerated_front_on_a_small_instance() -> None:
+    from pymoo.indicators.hv import HV
+
+    rng = np.random.default_rng(3)
+    n, q = 8, 4  # 65536 assignments: above the exact-enumeration limit, so NSGA-II runs
+    p = SchedulingProblem(
+        rng.uniform(0, 30, q),
+        [27, 27, 127, 156],
+        rng.integers(2, 30, n),
+        rng.uniform(2, 20, (n, 1)) * rng.uniform(0.7, 1.3, (n, q)),
+        np.clip(rng.uniform(0.5, 0.95, (n, 1)) + rng.normal(0, 0.05, (n, q)), 0, 1),
+    )
+    exact = _exact_front(p)
+    result = nsga2_schedule(p, seed=0)
+    assert result.generations > 0
+    hv = HV(ref_point=exact.max(axis=0) * 1.1)
+    assert hv(result.front) >= 0.99 * hv(exact)
+
+
+def test_small_cycles_are_enumerated_exactly() -> None:
+    p = two_by_three()  # 8 assignments
+    result = nsga2_schedule(p, "balanced")
+    assert result.generations == 0
+    assert result.front.tolist() == _exact_front(p).tolist()
+
+
+def test_pseudo_weights_and_selection_by_preference() -> None:
+    front = np.array([[10.0, 0.30], [20.0, 0.20], [40.0, 0.10]])
+    w = pseudo_weights(front)
+    assert w[0].tolist() == pytest.approx([1.0, 0.0])  # best JCT, worst error
+    assert w[1].tolist() == pytest.approx([(20 / 30) / (20 / 30 + 0.5), 0.5 / (20 / 30 + 0.5)])
+    assert w[2].tolist() == pytest.approx([0.0, 1.0])
+    assert select(front, "jct") == 0
+    assert select(front, "fidelity") == 2
+    assert select(front, "balanced") == 1
+    assert select(front, {"jct": 1, "fidelity": 0}) == 0
+    assert pseudo_weights(np.array([[5.0, 0.1]])).tolist() == [[0.5, 0.5]]  # one point
+
+
+def test_preference_errors_are_clear() -> None:
+    with pytest.raises(ValueError, match="unknown preference 'fast'"):
+        preference_weights("fast")
+    with pytest.raises(ValueError, match="'jct' and 'fidelity'"):
+        preference_weights({"speed": 1})
+    with pytest.raises(ValueError, match="two weights"):
+        preference_weights((1, 2, 3))
+    assert preference_weights((3, 1)) == (0.75, 0.25)
+
+
+def test_presets_order_jct_and_fidelity() -> None:
+    rng = np.random.default_rng(5)
+    n, q = 40, 6
+    p = SchedulingProblem(
+        rng.uniform(0, 120, q),
+        [27, 127, 127, 133, 156, 27],
+        rng.integers(2, 26, n),
+        rng.uniform(2, 10, (n, 1)) * rng.uniform(0.8, 1.2, (n, q)),
+        np.clip(np.linspace(0.7, 0.9, q)[None, :] + rng.normal(0, 0.03, (n, q)), 0, 1),
+    )
+    picked = {k: nsga2_schedule(p, k, seed=1).objectives for k in ("jct", "balanced", "fidelity")}
+    assert picked["jct"][0] <= picked["balanced"][0] <= picked["fidelity"][0]
+    assert picked["jct"][1] >= picked["balanced"][1] >= picked["fidelity"][1]
+
+
+def test_baselines() -> None:
+    p = two_by_three()
+    assert best_fidelity_assignment(p).tolist() == [1, 1, 1]
+    assert POLICIES["fcfs"](p, PolicyState(), "balanced", 0).tolist() == [1, 1, 1]
+    # Earliest completion: job 0 on QPU 0 (2 < 11), job 1 on QPU 0 (6 < 13), job 2 must go to 1.
+    assert earliest_completion_assignment(p).tolist() == [0, 0, 1]
+    state = PolicyState(pending=np.array([3, 1]))
+    # Fewest pending jobs: QPU 1 (1), then tie 3 vs 2 -> QPU 1 again, job 2 only fits QPU 1.
+    assert POLICIES["least-busy"](p, state, "balanced", 0).tolist() == [1, 1, 1]
+    state = PolicyState(pending=np.array([0, 5]))
+    assert POLICIES["least-busy"](p, state, "balanced", 0).tolist() == [0, 0, 1]
+    rr = PolicyState()
+    assert POLICIES["round-robin"](p, rr, "balanced", 0).tolist() == [0, 1, 1]
+    assert rr.next_qpu == 0
+    with pytest.raises(ValueError, match="unknown scheduling policy 'sjf'"):
+        get_policy("sjf")
+
+
+def test_triggers() -> None:
+    assert CLOUD_TRIGGERS.next_cycle(0, None, 0.0) is None
+    assert CLOUD_TRIGGERS.next_cycle(5, 30.0, 0.0) == 120.0  # time trigger
+    assert CLOUD_TRIGGERS.next_cycle(100, 30.0, 0.0) == 0.0  # size trigger: now
+    assert INTERACTIVE_TRIGGERS.next_cycle(1, 50.0, 0.0) == pytest.approx(50.25)
+    assert INTERACTIVE_TRIGGERS.next_cycle(1, 50.0, 0.0) - 50.0 < 1.0  # a lone job: < 1 s
+    with pytest.raises(ValueError):
+        Triggers(queue_size=0)
+
+
+def test_cycle_drops_deferrs_and_skips_offline_qpus() -> None:
+    qpus = [
+        QPUView("small", 5, wait_s=0.0),
+        QPUView("big", 27, wait_s=0.0, online=False),  # reserved now
+        QPUView("mid", 16, wait_s=50.0),
+    ]
+    runtime = np.ones((3, 3))
+    fidelity = np.array([[0.9, 0.95, 0.8]] * 3)
+    out = run_cycle(["a", "b", "c"], [3, 20, 40], runtime, fidelity, qpus, policy="qonductor")
+    assert out.dropped.keys() == {"c"} and "largest QPU of the fleet has 27" in out.dropped["c"]
+    assert out.deferred == ["b"]  # only the offline QPU can hold it
+    assert out.placed["a"] in {"small", "mid"}  # never the offline one
+    assert set(out.stage_seconds) == {"pre-processing", "optimization+selection"}
+
+
+def test_dispatcher_gathers_concurrent_jobs_into_one_cycle_and_places_a_lone_job_fast() -> None:
+    import asyncio
+    import time
+
+    from kernel_server.scheduler.dispatch import CycleDispatcher
+
+    fleet = [QPUView("good", 27, wait_s=0.0), QPUView("busy", 127, wait_s=500.0)]
+
+    async def scenario() -> tuple[list[str], float, int]:
+        dispatcher = CycleDispatcher(lambda: fleet)
+        estimates = {"good": (0.9, 5.0), "busy": (0.95, 5.0)}
+        names = await asyncio.gather(
+            *[dispatcher.place(f"j{i}", 3, estimates, "jct") for i in range(3)]
+        )
+        cycles_after_batch = dispatcher.cycles
+        t0 = time.perf_counter()
+        # A job only "busy" may run (its configuration excludes "good").
+        lone = await dispatcher.place("lone", 3, {"busy": (0.8, 5.0)}, "balanced")
+        return [*names, lone], time.perf_counter() - t0, cycles_after_batch
+
+    names, lone_seconds, cycles = asyncio.run(scenario())
+    assert cycles == 1  # three concurrent jobs, one cycle
+    assert names[:3] == ["good", "good", "good"]  # jct: the idle QPU beats a 500 s queue
+    assert names[3] == "busy"  # never a QPU the job may not use
+    assert lone_seconds < 1.0

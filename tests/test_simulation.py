@@ -1,0 +1,129 @@
+"""The cloud simulator: the real scheduler over a hand-made workload, and the simulate command."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from kernel_server.scheduler.cycle import Triggers
+from kernel_server.simulation.background import background_jobs, synthetic_rates
+from kernel_server.simulation.cloud import Reservation, simulate
+from kernel_server.simulation.workload import SimQPU, Workload
+
+
+def workload(n: int = 120, seed: int = 0) -> Workload:
+    """n jobs in 10 minutes on 3 QPUs; QPU 0 is the best and everyone's favourite."""
+    rng = np.random.default_rng(seed)
+    qpus = [SimQPU("best", 127, "Eagle"), SimQPU("good", 27, "Falcon"), SimQPU("ok", 27, "Falcon")]
+    fid = np.clip(np.array([0.92, 0.85, 0.83])[None, :] + rng.normal(0, 0.01, (n, 3)), 0, 1)
+    return Workload(
+        qpus=qpus,
+        arrival_s=np.sort(rng.uniform(0, 600, n)),
+        qubits=rng.integers(2, 20, n),
+        shots=np.full(n, 4000),
+        circuit=["c"] * n,
+        stack=["none"] * n,
+        fidelity=fid,
+        quantum_s=rng.uniform(8, 12, (n, 1)) * np.ones((1, 3)),
+        classical_s=np.zeros(n),
+    )
+
+
+FAST = Triggers(queue_size=20, interval_s=30.0)
+QUICK = {"population": 40, "max_generations": 20}  # small NSGA-II runs keep these tests fast
+
+
+def test_simulation_is_deterministic_and_completes_every_job_once() -> None:
+    w = workload()
+    a = simulate(w, "qonductor", seed=3, triggers=FAST, nsga2_options=QUICK)
+    b = simulate(w, "qonductor", seed=3, triggers=FAST, nsga2_options=QUICK)
+    assert np.array_equal(a.jct_s, b.jct_s) and a.qpu_of_job == b.qpu_of_job
+    m = a.metrics()
+    assert m["completed"] == w.num_jobs and m["dropped"] == 0
+    assert all(np.isfinite(a.jct_s)) and (a.jct_s > 0).all()
+    # No QPU runs two jobs at once.
+    for spans in a.busy_intervals.values():
+        spans = sorted(spans)
+        assert all(s2[0] >= s1[1] - 1e-9 for s1, s2 in zip(spans, spans[1:], strict=False))
+
+
+def test_fcfs_piles_on_the_best_qpu_and_qonductor_trades_a_little_fidelity_for_jct() -> None:
+    w = workload()
+    fcfs = simulate(w, "fcfs", seed=1, triggers=FAST, nsga2_options=QUICK).metrics()
+    qon = simulate(w, "qonductor", seed=1, triggers=FAST, nsga2_options=QUICK).metrics()
+    assert fcfs["our_load_s"]["good"] == 0 and fcfs["our_load_s"]["ok"] == 0
+    assert qon["mean_jct_s"] < 0.5 * fcfs["mean_jct_s"]
+    assert qon["mean_fidelity"] >= 0.95 * fcfs["mean_fidelity"]
+    assert qon["mean_utilization"] > fcfs["mean_utilization"]
+
+
+def test_reserved_qpu_starts_nothing_in_its_window() -> None:
+    w = workload()
+    window = Reservation("best", 100.0, 400.0)
+    for policy in ("qonductor", "fcfs"):
+        run = simulate(w, policy, seed=1, triggers=FAST, nsga2_options=QUICK, reservations=[window])
+        for lo, _ in run.busy_intervals["best"]:
+            assert not 100.0 <= lo < 400.0
+
+
+def test_calibration_crossover_moves_waiting_jobs() -> None:
+    w = workload(n=150)
+    # QPU 0 recalibrates at 5 min and loses a lot: jobs waiting on it are placed again.
+    run = simulate(
+        w,
+        "qonductor",
+        seed=1,
+        triggers=FAST,
+        nsga2_options=QUICK,
+        calibrations=[(300.0, 0)],
+        drift_sigma=0.0,
+    )
+    assert run.metrics()["completed"] == w.num_jobs
+    worse = simulate(
+        w,
+        "qonductor",
+        seed=1,
+        triggers=FAST,
+        nsga2_options=QUICK,
+        calibrations=[(300.0, 0)],
+        drift_sigma=2.0,
+    )
+    assert worse.metrics()["completed"] == w.num_jobs
+    assert worse.crossover_moves > 0
+
+
+def test_background_load_matches_its_utilisation() -> None:
+    rates = synthetic_rates(4, 0.3, seed=2)
+    assert rates.mean() == pytest.approx(0.3, rel=1e-6)
+    jobs = background_jobs(rates, hours=2.0, seed=2)
+    busy = sum(d for _, _, d in jobs) / (4 * 7200)
+    assert busy == pytest.approx(0.3, rel=0.15)
+    assert [t for t, _, _ in jobs] == sorted(t for t, _, _ in jobs)
+
+
+def test_simulate_command_writes_results_and_plots(tmp_path, monkeypatch, capsys) -> None:
+    from kernel_server.simulation.cli import main
+
+    monkeypatch.setenv("QONDUCTOR_HOME", str(tmp_path / "home"))
+    out = tmp_path / "results.json"
+    code = main(
+        [
+            "--jobs-per-hour", "300", "--qpus", "2", "--hours", "0.1", "--seed", "1",
+            "--policies", "qonductor,fcfs,least-busy,round-robin",
+            "--out", str(out), "--plots", str(tmp_path / "plots"),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    results = json.loads(out.read_text())
+    for policy in ("qonductor", "fcfs", "least-busy", "round-robin"):
+        for key in ("mean_jct_s", "p95_jct_s", "mean_fidelity", "mean_utilization"):
+            assert np.isfinite(results[policy][key])
+        assert 0.0 <= results[policy]["max_load_difference"] <= 1.0
+    assert results["wall_seconds"] > 0
+    table = capsys.readouterr().out
+    assert "qonductor" in table and "round-robin" in table
+    assert len(list((tmp_path / "plots").glob("*.png"))) == 3
+    assert main(["--policies", "sjf", "--qpus", "2"]) == 2
+    assert "unknown policy 'sjf'" in capsys.readouterr().err
