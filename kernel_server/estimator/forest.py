@@ -98,17 +98,19 @@ class TreeForest:
 
     def leaf_values(self, x: np.ndarray) -> np.ndarray:
         """(n_rows, n_trees) leaf predictions for float32 features ``x``."""
-        n = len(x)
-        idx = np.broadcast_to(self.roots, (n, len(self.roots))).copy()
-        rows = np.arange(n)[:, None]
-        while True:
-            feat = self.feature[idx]
-            split = feat >= 0
-            if not split.any():
-                break
-            go_left = x[rows, np.maximum(feat, 0)] <= self.value[idx]
-            idx = np.where(split, np.where(go_left, idx + 1, self.right[idx]), idx)
-        return self.value[idx].astype(np.float64)
+        n, trees = len(x), len(self.roots)
+        idx = np.tile(self.roots, n)  # flat (row, tree) -> current node
+        row = np.repeat(np.arange(n), trees)
+        # Walk only the (row, tree) pairs still at a split: trees end at different depths, and
+        # stepping every pair to the deepest level cost ~10x on the runtime model's deep trees.
+        active = np.flatnonzero(self.feature[idx] >= 0)
+        while active.size:
+            node = idx[active]
+            go_left = x[row[active], self.feature[node]] <= self.value[node]
+            node = np.where(go_left, node + 1, self.right[node])
+            idx[active] = node
+            active = active[self.feature[node] >= 0]
+        return self.value[idx].reshape(n, trees).astype(np.float64)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -239,7 +239,7 @@ def nsga2_schedule(
             super().__init__(n_var=n, n_obj=2, n_ieq_constr=1, xl=0, xu=q - 1, vtype=int)
 
         def _evaluate(self, x: np.ndarray, out: dict, *args: Any, **kwargs: Any) -> None:
-            xi = _repair_to_feasible(problem, x)
+            xi = np.rint(x).astype(int)  # pymoo hands over repaired designs as floats
             out["F"] = problem.evaluate(xi)
             out["G"] = problem.violation(xi)[:, None]
 
