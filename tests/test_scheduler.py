@@ -50,6 +50,17 @@ def test_jct_counts_only_the_jobs_ahead_in_fifo_order() -> None:
     assert p.evaluate(np.array([0, 1, 1])).shape == (2,)  # one assignment, one pair
 
 
+def test_the_papers_batch_formula_charges_every_job_its_whole_batch() -> None:
+    p = two_by_three()
+    batch = SchedulingProblem(
+        p.wait, p.qpu_qubits, p.job_qubits, p.runtime, p.fidelity, jct_model="batch"
+    )
+    # Job 0 alone on QPU 0: 2; jobs 1 and 2 on QPU 1 both pay 10 + 3 + 5.
+    assert batch.completion_times(np.array([0, 1, 1])).tolist() == [[2.0, 18.0, 18.0]]
+    with pytest.raises(SchedulingError, match="jct_model"):
+        SchedulingProblem([0], [5], [3], [[1.0]], [[0.9]], jct_model="lifo")
+
+
 def test_offsets_add_time_already_waited() -> None:
     p = two_by_three()
     p2 = SchedulingProblem(p.wait, p.qpu_qubits, p.job_qubits, p.runtime, p.fidelity, [5, 0, 1])

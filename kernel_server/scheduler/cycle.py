@@ -127,6 +127,7 @@ def run_cycle(
         runtime=runtime[np.ix_(rows, columns)],
         fidelity=fidelity[np.ix_(rows, columns)],
         offset=None if offsets is None else np.asarray(offsets, dtype=float)[rows],
+        jct_model=state.extra.get("jct_model", "fifo"),
     )
     state.pending = np.asarray([qpus[c].pending for c in columns])
     t1 = time.perf_counter()

@@ -48,6 +48,9 @@ class SchedulingProblem:
     runtime: np.ndarray
     fidelity: np.ndarray
     offset: np.ndarray | None = None
+    # "fifo": the jobs ahead of each job (what our queues do, the default); "batch": the paper's
+    # f1, every job charged with its QPU's whole batch (kept to compare against, not to schedule).
+    jct_model: str = "fifo"
     feasible: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -70,6 +73,8 @@ class SchedulingProblem:
         if self.offset.shape != (n,):
             raise SchedulingError(f"offset has shape {self.offset.shape}, expected ({n},)")
         self.feasible = self.job_qubits[:, None] <= self.qpu_qubits[None, :]
+        if self.jct_model not in ("fifo", "batch"):
+            raise SchedulingError(f"jct_model is 'fifo' or 'batch', not {self.jct_model!r}")
 
     @property
     def num_jobs(self) -> int:
@@ -93,7 +98,11 @@ class SchedulingProblem:
             on_q = x == q
             if not on_q.any():
                 continue
-            ahead = np.cumsum(np.where(on_q, run, 0.0), axis=1)
+            work = np.where(on_q, run, 0.0)
+            if self.jct_model == "fifo":
+                ahead = np.cumsum(work, axis=1)
+            else:
+                ahead = np.broadcast_to(work.sum(axis=1, keepdims=True), work.shape)
             jct = np.where(on_q, self.wait[q] + ahead, jct)
         return jct + self.offset[None, :]
 

@@ -93,6 +93,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
             calibrations=calibrations,
             reservations=reservations,
             triggers=Triggers(queue_size=args.trigger_size, interval_s=args.trigger_interval),
+            jct_model=args.jct_model,
         )
         runs[key] = outcome
         results[key] = outcome.metrics()
@@ -191,6 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--background-load", type=float, default=0.25, help="mean utilization")
     p.add_argument("--queue-trace", default=str(DEFAULT_TRACE))
     p.add_argument("--calibration-hours", type=float, default=24.0)
+    p.add_argument(
+        "--jct-model",
+        choices=("fifo", "batch"),
+        default="fifo",
+        help="qonductor's JCT objective: jobs ahead in the FIFO queue (default) or the paper's "
+        "whole-batch charge (for comparison)",
+    )
     p.add_argument(
         "--trigger-size", type=int, default=100, help="qonductor: a cycle when this many wait"
     )

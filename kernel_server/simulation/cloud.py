@@ -203,6 +203,7 @@ def simulate(
     triggers: Triggers = CLOUD_TRIGGERS,
     drift_sigma: float | None = None,
     nsga2_options: dict[str, Any] | None = None,
+    jct_model: str = "fifo",
 ) -> SimulationResult:
     """Run one policy over the workload; deterministic for a seed (except wall times)."""
     wall0 = time.perf_counter()
@@ -221,7 +222,7 @@ def simulate(
         qpus[index[r.qpu]].reservations.append((r.start_s, r.end_s))
 
     batching = policy in BATCHING
-    state = PolicyState(extra={"nsga2": dict(nsga2_options or {})})
+    state = PolicyState(extra={"nsga2": dict(nsga2_options or {}), "jct_model": jct_model})
     events: list[tuple[float, int, str, Any]] = []
     seq = 0
 
