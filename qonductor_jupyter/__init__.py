@@ -35,8 +35,14 @@ def __getattr__(name: str) -> Any:
 
 def load_ipython_extension(ipython: Any) -> None:
     from .magics import QonductorMagics
+    from .settings import Qonductor
 
-    ipython.register_magics(QonductorMagics)
+    # One settings object per shell, found by %config under its class name.
+    settings = next((c for c in ipython.configurables if isinstance(c, Qonductor)), None)
+    if settings is None:
+        settings = Qonductor(parent=ipython)
+        ipython.configurables.append(settings)
+    ipython.register_magics(QonductorMagics(ipython, settings))
 
 
 def unload_ipython_extension(ipython: Any) -> None:

@@ -13,12 +13,19 @@ from IPython.display import display
 from . import api
 from .errors import QonductorError
 from .report import WorkflowReport
+from .settings import PRIORITIES, Qonductor
 
-PRIORITIES = ("fidelity", "balanced", "jct")
+LINE_COMMANDS = (
+    "server start|stop|status, status [ID], jobs, plans ID, result ID, cancel ID, images, fleet"
+)
 
 
 @magics_class
 class QonductorMagics(Magics):
+    def __init__(self, shell: Any = None, settings: Qonductor | None = None) -> None:
+        super().__init__(shell)
+        self.settings = settings if settings is not None else Qonductor()
+
     @magic_arguments()
     @argument(
         "--dry-run", action="store_true", help="print the steps and their dependencies; run nothing"
@@ -39,6 +46,12 @@ class QonductorMagics(Magics):
     )
     @argument("--placement", default=None, help="QPU placement policy (a named baseline)")
     @argument("--timeout", type=float, default=None, help="give up waiting after this many s")
+    @argument(
+        "--no-wait",
+        action="store_true",
+        help="return a job handle at once; the cell's names are set when it completes",
+    )
+    @argument("-o", "--output", default=None, help="store the job handle under this name")
     @cell_magic("qonductor")
     def qonductor_cell(self, line: str, cell: str) -> None:
         """Run the cell as a hybrid workflow on the Qonductor orchestrator.
@@ -49,9 +62,11 @@ class QonductorMagics(Magics):
         args = parse_argstring(self.qonductor_cell, line)
         if args.shots is not None and args.shots < 1:
             raise UsageError(f"--shots must be positive, got {args.shots}")
-        self._run(args, self.shell.transform_cell(cell), cell)
+        if args.output is not None and not args.output.isidentifier():
+            raise UsageError(f"-o takes a Python name, got {args.output!r}")
+        return self._run(args, self.shell.transform_cell(cell), cell)
 
-    def _run(self, args: Any, source: str, raw_cell: str) -> None:
+    def _run(self, args: Any, source: str, raw_cell: str) -> Any:
         from .splitter import CellSyntaxError, split_cell
 
         try:
@@ -77,13 +92,26 @@ class QonductorMagics(Magics):
             ns,
             config=config,
             name=args.name,
-            shots=args.shots,
-            priority=args.priority,
+            shots=args.shots if args.shots is not None else self.settings.default_shots,
+            priority=args.priority or self.settings.default_priority,
             seed=args.seed,
-            placement=args.placement,
+            placement=args.placement or self.settings.placement,
         )
+        if args.no_wait or args.output:
+            from .handle import WorkflowHandle
+
+            handle = WorkflowHandle(workflow_id, namespace=ns)
+            if args.output:
+                ns[args.output] = handle
+            print(
+                f"Workflow {workflow_id} submitted; its names are set when it completes. "
+                f"{args.output or 'The handle'}.status(), .result(timeout=), .cancel(), "
+                ".wait_interactive()"
+            )
+            return handle if not args.output else None
+        timeout = args.timeout if args.timeout is not None else self.settings.timeout
         try:
-            reply, outputs = api.collect(workflow_id, ns, timeout=args.timeout)
+            reply, outputs = api.collect(workflow_id, ns, timeout=timeout)
         except (KeyboardInterrupt, TimeoutError) as exc:
             # The workflow is safe on the orchestrator; tell the user how to get at it.
             why = "Interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
@@ -95,6 +123,7 @@ class QonductorMagics(Magics):
         if reply.stdout:
             sys.stdout.write(reply.stdout)
         display(WorkflowReport.from_reply(reply, sorted(outputs)))
+        return None
 
     def _config(self, spec: str | None) -> dict[str, Any] | str | None:
         if spec is None:
@@ -105,16 +134,21 @@ class QonductorMagics(Magics):
         return spec  # a file path; load_config says clearly if it does not exist
 
     @magic_arguments()
-    @argument(
-        "command",
-        nargs="?",
-        default="status",
-        help="server start|stop|status, images, workflows, fleet, status ID, cancel ID",
-    )
-    @argument("rest", nargs="*", help="arguments of the command")
+    @argument("command", nargs="?", default="status", help=LINE_COMMANDS)
+    @argument("rest", nargs="*", help="arguments of the command (a workflow ID, a server action)")
     @line_magic("qonductor")
     def qonductor_line(self, line: str) -> Any:
-        """Manage the orchestrator and look at workflows: %qonductor server status, ..."""
+        """Manage the orchestrator and look at workflows.
+
+        %qonductor server start|stop|status   the background orchestrator
+        %qonductor status [ID]                a workflow's steps (without ID: the server)
+        %qonductor jobs                       recent workflows (also: workflows)
+        %qonductor plans ID                   the resource plans of a workflow's quantum steps
+        %qonductor result ID                  the values a finished workflow assigned
+        %qonductor cancel ID                  cancel a workflow and every child job
+        %qonductor images                     registered workflow images
+        %qonductor fleet                      the QPUs, their queues and calibrations
+        """
         from . import cli
 
         args = parse_argstring(self.qonductor_line, line)
@@ -127,20 +161,22 @@ class QonductorMagics(Magics):
             return None
         if cmd == "images":
             return api.list_images()
-        if cmd == "workflows":
+        if cmd in ("workflows", "jobs"):
             return api.list_workflows()
         if cmd == "fleet":
             return api.fleet()
-        if cmd in ("status", "cancel") and rest:
+        if cmd == "status" and not rest:
+            print(cli.server_command("status"))
+            return None
+        if cmd in ("status", "cancel", "plans", "result"):
+            if len(rest) != 1:
+                raise UsageError(f"usage: %qonductor {cmd} WORKFLOW_ID")
             wid = rest[0]
             if cmd == "cancel":
                 return api.cancel(wid)
+            if cmd == "result":
+                return api.workflow_results(wid, timeout=0.5)
             info = api.workflow_info(wid)
-            return WorkflowReport.from_reply(info, [])
-        if cmd == "status":
-            print(cli.server_command("status"))
-            return None
-        raise UsageError(
-            f"unknown command {cmd!r}; try: server start|stop|status, images, "
-            "workflows, fleet, status ID, cancel ID"
-        )
+            report = WorkflowReport.from_reply(info, [])
+            return report.plans_only() if cmd == "plans" else report
+        raise UsageError(f"unknown command {cmd!r}; try: {LINE_COMMANDS}")

@@ -138,21 +138,14 @@ class WorkflowReport:
                 sections.append((title, plans))
         return sections
 
+    def plans_only(self) -> PlansReport:
+        """The plan tables alone (``%qonductor plans ID``)."""
+        return PlansReport(self.workflow_id, self.plan_sections())
+
     def __repr__(self) -> str:
         lines = [f"Qonductor workflow {self.workflow_id}: {self.state}"]
         lines += _text_table(COLUMNS, self.rows())
-        sections = self.plan_sections()
-        if sections:
-            lines.append(PLANS_NOTE)
-        for title, plans in sections:
-            lines.append(f"  {title}")
-            if isinstance(plans, str):
-                lines.append(f"    {plans}")
-            else:
-                lines += [
-                    "    " + line
-                    for line in _text_table(PLAN_COLUMNS, [_plan_row(p) for p in plans])
-                ]
+        lines += _plan_lines(self.plan_sections())
         names = ", ".join(self.outputs) if self.outputs else "(none)"
         lines.append(f"Variables set: {names}")
         return "\n".join(lines)
@@ -164,14 +157,51 @@ class WorkflowReport:
             f"<code>{html.escape(self.workflow_id)}</code>: {html.escape(self.state)}",
             _html_table(COLUMNS, self.rows()),
         ]
-        sections = self.plan_sections()
-        if sections:
-            parts.append(f"<div>{html.escape(PLANS_NOTE)}</div>")
-        for title, plans in sections:
-            if isinstance(plans, str):
-                parts.append(f"<div>{html.escape(title)}: {html.escape(plans)}</div>")
-            else:
-                parts.append(f"<div>{html.escape(title)}</div>")
-                parts.append(_html_table(PLAN_COLUMNS, [_plan_row(p) for p in plans]))
+        parts += _plan_html(self.plan_sections())
         parts.append(f"<div>Variables set: <code>{names}</code></div></div>")
         return "".join(parts)
+
+
+Sections = list[tuple[str, list[dict[str, Any]] | str]]
+
+
+def _plan_lines(sections: Sections) -> list[str]:
+    lines = [PLANS_NOTE] if sections else []
+    for title, plans in sections:
+        lines.append(f"  {title}")
+        if isinstance(plans, str):
+            lines.append(f"    {plans}")
+        else:
+            rows = [_plan_row(p) for p in plans]
+            lines += ["    " + line for line in _text_table(PLAN_COLUMNS, rows)]
+    return lines
+
+
+def _plan_html(sections: Sections) -> list[str]:
+    parts = [f"<div>{html.escape(PLANS_NOTE)}</div>"] if sections else []
+    for title, plans in sections:
+        if isinstance(plans, str):
+            parts.append(f"<div>{html.escape(title)}: {html.escape(plans)}</div>")
+        else:
+            parts.append(f"<div>{html.escape(title)}</div>")
+            parts.append(_html_table(PLAN_COLUMNS, [_plan_row(p) for p in plans]))
+    return parts
+
+
+@dataclass
+class PlansReport:
+    workflow_id: str
+    sections: Sections
+
+    def __repr__(self) -> str:
+        if not self.sections:
+            return f"Workflow {self.workflow_id} has no resource plans (no quantum step ran yet)."
+        title = f"Resource plans of workflow {self.workflow_id}"
+        return "\n".join([title, *_plan_lines(self.sections)])
+
+    def _repr_html_(self) -> str:
+        if not self.sections:
+            return f"<div>{html.escape(repr(self))}</div>"
+        head = f"<b>Resource plans</b> of <code>{html.escape(self.workflow_id)}</code>"
+        body = "".join(_plan_html(self.sections))
+        return f"<div class='qonductor-plans'>{head}{body}</div>"

@@ -1,0 +1,46 @@
+"""User settings of the magics, as traitlets: ``%config Qonductor.default_priority = "jct"``.
+
+Also settable in ``ipython_config.py`` / ``jupyter_notebook_config`` as ``c.Qonductor.<name>``.
+A cell's own options (``--priority``, ``--shots``, ...) win over these defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traitlets import Enum, Float, Int, TraitError, Unicode, validate
+from traitlets.config import Configurable
+
+PRIORITIES = ("fidelity", "balanced", "jct")
+
+
+class Qonductor(Configurable):
+    default_priority = Enum(
+        PRIORITIES,
+        default_value="balanced",
+        help="What QPU placement favours when a cell gives no --priority.",
+    ).tag(config=True)
+    default_shots = Int(
+        4000, help="Shots per circuit when a cell gives no --shots and sample() none."
+    ).tag(config=True)
+    placement = Unicode(
+        None,
+        allow_none=True,
+        help="QPU placement policy (default: the orchestrator's, the NSGA-II cycle scheduler).",
+    ).tag(config=True)
+    timeout = Float(
+        None, allow_none=True, help="Seconds a waiting cell gives up after (the workflow goes on)."
+    ).tag(config=True)
+
+    @validate("default_shots")
+    def _positive_shots(self, proposal: dict[str, Any]) -> int:
+        if proposal["value"] < 1:
+            raise TraitError(f"default_shots must be at least 1, got {proposal['value']}")
+        return proposal["value"]
+
+    @validate("timeout")
+    def _positive_timeout(self, proposal: dict[str, Any]) -> float | None:
+        value = proposal["value"]
+        if value is not None and value <= 0:
+            raise TraitError(f"timeout must be positive (or None), got {value}")
+        return value
