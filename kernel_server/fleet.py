@@ -54,6 +54,18 @@ class SimulatedQPU:
             wait += max(0.0, self.ema_run_s - (time.time() - self.running_since))
         return wait
 
+    def position_of(self, job_id: str) -> tuple[int, float] | None:
+        """(jobs ahead, estimated seconds until it starts) of a job waiting in this queue."""
+        # asyncio.Queue has no public way to look inside; its deque is read, never changed.
+        waiting = [item.job.id for item in self.queue._queue if not item.job.state.final]  # type: ignore[attr-defined]
+        if job_id not in waiting:
+            return None
+        ahead = waiting.index(job_id)
+        start = ahead * self.ema_run_s
+        if self.running and self.running_since is not None:
+            start += max(0.0, self.ema_run_s - (time.time() - self.running_since))
+        return ahead, start
+
     def record_run(self, seconds: float) -> None:
         self.jobs_done += 1
         self.busy_s += seconds

@@ -253,10 +253,17 @@ class JobManager:
 
     def workflow_reply(self, run: WorkflowRun, with_outputs: bool) -> P.WorkflowReply:
         row = self.store.workflow_row(run.id) or {}
+        steps = run.step_summaries()
+        for step in steps:
+            for job in step["qpu_jobs"]:
+                qpu = self.qpus.get(job["qpu"] or "")
+                where = qpu.position_of(job["id"]) if qpu and job["state"] == "queued" else None
+                if where is not None:
+                    job["queue_position"], job["est_start_s"] = where[0], round(where[1], 3)
         reply = P.WorkflowReply(
             workflow_id=run.id,
             state=run.state.value,
-            steps=run.step_summaries(),
+            steps=steps,
             error=run.error,
             info={
                 "image_id": run.image_id,

@@ -16,8 +16,14 @@ from .report import WorkflowReport
 from .settings import PRIORITIES, Qonductor
 
 LINE_COMMANDS = (
-    "server start|stop|status, status [ID], jobs, plans ID, result ID, cancel ID, images, fleet"
+    "server start|stop|status, status [ID], watch ID, jobs, plans ID, result ID, cancel ID, "
+    "images, fleet"
 )
+
+
+def widgets_available(shell: Any) -> bool:
+    """True in a kernel with a frontend that can show widgets (not plain IPython)."""
+    return getattr(shell, "kernel", None) is not None
 
 
 @magics_class
@@ -103,6 +109,10 @@ class QonductorMagics(Magics):
             handle = WorkflowHandle(workflow_id, namespace=ns)
             if args.output:
                 ns[args.output] = handle
+            if widgets_available(self.shell):
+                from .widgets import JobStatusWidget
+
+                display(JobStatusWidget(workflow_id))
             print(
                 f"Workflow {workflow_id} submitted; its names are set when it completes. "
                 f"{args.output or 'The handle'}.status(), .result(timeout=), .cancel(), "
@@ -142,6 +152,7 @@ class QonductorMagics(Magics):
 
         %qonductor server start|stop|status   the background orchestrator
         %qonductor status [ID]                a workflow's steps (without ID: the server)
+        %qonductor watch ID                   a live job-status widget with a Cancel button
         %qonductor jobs                       recent workflows (also: workflows)
         %qonductor plans ID                   the resource plans of a workflow's quantum steps
         %qonductor result ID                  the values a finished workflow assigned
@@ -164,11 +175,15 @@ class QonductorMagics(Magics):
         if cmd in ("workflows", "jobs"):
             return api.list_workflows()
         if cmd == "fleet":
+            if widgets_available(self.shell):
+                from .widgets import FleetOverview
+
+                return FleetOverview()
             return api.fleet()
         if cmd == "status" and not rest:
             print(cli.server_command("status"))
             return None
-        if cmd in ("status", "cancel", "plans", "result"):
+        if cmd in ("status", "cancel", "plans", "result", "watch"):
             if len(rest) != 1:
                 raise UsageError(f"usage: %qonductor {cmd} WORKFLOW_ID")
             wid = rest[0]
@@ -176,6 +191,11 @@ class QonductorMagics(Magics):
                 return api.cancel(wid)
             if cmd == "result":
                 return api.workflow_results(wid, timeout=0.5)
+            if cmd == "watch":
+                from .widgets import JobStatusWidget
+
+                api.workflow_info(wid)  # an unknown ID: a clear error, not an empty widget
+                return JobStatusWidget(wid)
             info = api.workflow_info(wid)
             report = WorkflowReport.from_reply(info, [])
             return report.plans_only() if cmd == "plans" else report

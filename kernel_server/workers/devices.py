@@ -184,6 +184,10 @@ class DeviceInfo:
     family: str
     calibration_id: str
     basis_gates: tuple[str, ...]
+    calibrated_at: float | None = None  # epoch seconds of the calibration snapshot, if known
+    # Error product of a 5-qubit GHZ (4 two-qubit gates, 5 readouts) on the median coupler and
+    # readout: one number to compare QPUs at a glance, not an estimate for any job.
+    fidelity_score: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -200,4 +204,34 @@ def device_info(name: str) -> DeviceInfo:
         family=family_of(backend),
         calibration_id=calibration_id(backend),
         basis_gates=basis_gates_of(backend),
+        calibrated_at=_calibrated_at(backend),
+        fidelity_score=_fidelity_score(backend),
     )
+
+
+def _calibrated_at(backend: BackendV2) -> float | None:
+    try:
+        props = backend.properties()
+    except Exception:  # backends without BackendProperties
+        return None
+    stamp = getattr(props, "last_update_date", None)
+    return stamp.timestamp() if stamp is not None else None
+
+
+def _fidelity_score(backend: BackendV2) -> float | None:
+    import numpy as np
+
+    target = backend.target
+    two, readout = [], []
+    for name in target.operation_names:
+        props = target[name]
+        for qargs, prop in (props or {}).items():
+            if prop is None or prop.error is None or qargs is None:
+                continue
+            if name == "measure":
+                readout.append(prop.error)
+            elif len(qargs) == 2:
+                two.append(prop.error)
+    if not two or not readout:
+        return None
+    return float((1 - np.median(two)) ** 4 * (1 - np.median(readout)) ** 5)
