@@ -245,8 +245,18 @@ class Orchestrator:
         )
 
     async def _execute(
-        self, device: str, transpiled: bytes, shots: int, seed: int | None
+        self,
+        device: str,
+        transpiled: bytes,
+        shots: int,
+        seed: int | None,
+        mitigation: str | None = None,
+        circuits: bytes | None = None,
     ) -> qpu.Execution:
+        if mitigation and mitigation != "none" and circuits is not None:
+            return await self.loop.run_in_executor(
+                self.qpu_pool, qpu.execute_mitigated, device, circuits, mitigation, shots, seed
+            )
         return await self.loop.run_in_executor(
             self.qpu_pool, qpu.execute_on_device, device, transpiled, shots, seed
         )

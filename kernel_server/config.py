@@ -34,6 +34,7 @@ _TOP_KEYS = {
     "seed": int,
     "timeout_s": (int, float),
     "placement": str,
+    "plan": (str, int),
 }
 
 DEFAULT_SHOTS = 4000
@@ -89,6 +90,13 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
         if config["placement"] not in PLACEMENT_POLICIES:
             known = ", ".join(PLACEMENT_POLICIES)
             raise ConfigError(f"unknown placement policy {config['placement']!r}; known: {known}")
+    if "plan" in config:
+        from .scheduler.plan_choice import PlanChoiceError, parse_plan_option
+
+        try:
+            config["plan"] = parse_plan_option(config["plan"])
+        except PlanChoiceError as exc:
+            raise ConfigError(str(exc)) from None
     if "priority" in config and config["priority"] not in PRIORITIES:
         raise ConfigError(
             f"priority must be one of {', '.join(PRIORITIES)}, got {config['priority']!r}"

@@ -22,6 +22,8 @@ class QueuedJob:
     shots: int
     seed: int | None
     done: asyncio.Future
+    mitigation: str | None = None  # the chosen plan's stack; None runs the transpiled circuits
+    circuits: bytes | None = None  # the step's own circuits, which a mitigation stack rebuilds
 
 
 @dataclass
@@ -83,7 +85,8 @@ class SimulatedQPU:
         }
 
 
-Executor = Callable[[str, bytes, int, int | None], Awaitable[Any]]
+# (QPU, transpiled circuits, shots, seed, mitigation stack or None, original circuits or None)
+Executor = Callable[[str, bytes, int, int | None, str | None, bytes | None], Awaitable[Any]]
 OnStart = Callable[[JobRecord], None]
 
 
@@ -97,7 +100,9 @@ async def qpu_runner(qpu: SimulatedQPU, execute: Executor, on_start: OnStart) ->
         try:
             on_start(item.job)
             t0 = time.perf_counter()
-            result = await execute(qpu.name, item.transpiled, item.shots, item.seed)
+            result = await execute(
+                qpu.name, item.transpiled, item.shots, item.seed, item.mitigation, item.circuits
+            )
             qpu.record_run(time.perf_counter() - t0)
             if not item.done.done():
                 item.done.set_result(result)

@@ -21,6 +21,7 @@ from .jobs import JobRecord, JobState, WorkflowRun, WorkflowState, new_id
 from .scheduler.cycle import QPUView
 from .scheduler.dispatch import CycleDispatcher
 from .scheduler.placement import DEFAULT_PLACEMENT, Candidate, place
+from .scheduler.plan_choice import choose_plan, parse_plan_option
 from .store import Store
 from .workers.classical import StepOutcome, StepSpec
 
@@ -67,6 +68,8 @@ class JobManager:
         self.reply = reply
         self.placement = placement
         self.dispatcher = CycleDispatcher(self._qpu_views)
+        # (workflow, step) -> the plan its QPU jobs run with (None: unmitigated, scheduler's QPU)
+        self.step_plans: dict[tuple[str, int | None], asyncio.Future] = {}
         self.slots = {"classical": classical_slots, "quantum": quantum_step_slots}
         self.step_queue: dict[str, list[tuple[str, int]]] = {"classical": [], "quantum": []}
         self.runs: dict[str, WorkflowRun] = {}
@@ -231,6 +234,10 @@ class JobManager:
         self._wake(run.id)
 
     def _wake(self, workflow_id: str) -> None:
+        # The workflow is final: forget its per-step plan choices and pinned QPUs.
+        for table in (self.step_plans, self.sessions):
+            for key in [k for k in table if k[0] == workflow_id]:
+                del table[key]
         for fut in self.waiters.pop(workflow_id, []):
             if not fut.done():
                 fut.set_result(None)
@@ -350,12 +357,11 @@ class JobManager:
             self.move(job, JobState.ESTIMATING)
             pinned = self.sessions.get((run.id, msg.step_id))
             qpus = [self.qpus[pinned]] if pinned else self.eligible_qpus(options, msg.num_qubits)
-            # The step's plans are made once, beside its first job's per-device estimates.
-            planning = (
-                self.ex.spawn(self.ex.plan(msg.circuits, msg.shots))
-                if self.ex.plan is not None and index == 0
-                else None
-            )
+            plan = await self._step_plan(run, job, msg, index)
+            if plan is not None and not pinned:
+                # Run where the plan says: a QPU of its template (if the config allows one).
+                members = [q for q in qpus if q.name in set(plan.get("members", []))]
+                qpus = members or qpus
             estimates = await asyncio.gather(
                 *[self.ex.estimate(msg.circuits, q.name) for q in qpus]
             )
@@ -378,11 +384,6 @@ class JobManager:
             est = by_name[chosen.qpu]
             job.qpu, job.est_fidelity, job.est_duration_s = chosen.qpu, est.fidelity, est.duration_s
             job.num_circuits = est.num_circuits
-            if planning is not None:
-                try:
-                    job.plans = await planning
-                except Exception as exc:  # a lost worker process: advice missing, job goes on
-                    job.plans = [{"error": f"{type(exc).__name__}: {exc}"}]
             if run.steps[msg.step_id].kind == "hybrid":
                 self.sessions[(run.id, msg.step_id)] = chosen.qpu  # pin the loop to one QPU
             if run.state.final:
@@ -395,8 +396,17 @@ class JobManager:
                 f"on {chosen.qpu} (estimated fidelity {est.fidelity:.3f}, "
                 f"{len(candidates)} candidates, policy {policy})",
             )
+            stack = plan["mitigation"] if plan is not None else None
             await self.qpus[chosen.qpu].queue.put(
-                QueuedJob(job, est.transpiled, msg.shots, self._seed(run, job, index), done)
+                QueuedJob(
+                    job,
+                    est.transpiled,
+                    msg.shots,
+                    self._seed(run, job, index),
+                    done,
+                    mitigation=stack if stack and stack != "none" else None,
+                    circuits=msg.circuits,
+                )
             )
             execution = await done
             self.qpu_waits.pop(job.id, None)
@@ -417,6 +427,36 @@ class JobManager:
             if not job.state.final:
                 self.move(job, JobState.FAILED, job.error)
             await self.reply(identity, rid, P.ErrorReply(type=type(exc).__name__, message=str(exc)))
+
+    async def _step_plan(
+        self, run: WorkflowRun, job: JobRecord, msg: P.Sample, index: int
+    ) -> dict[str, Any] | None:
+        """The plan this step runs with: made by its first QPU job, shared by the rest (a hybrid
+        loop keeps one plan). The plans, the chosen one marked, are recorded on the first job."""
+        key = (run.id, msg.step_id)
+        future = self.step_plans.get(key)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            self.step_plans[key] = future
+            options = self.options[run.id]
+            plans: list[dict[str, Any]] = []
+            chosen: int | None = None
+            try:
+                if self.ex.plan is not None:
+                    try:
+                        plans = await self.ex.plan(msg.circuits, msg.shots)
+                    except Exception as exc:  # a lost worker: advice missing, job goes on
+                        plans = [{"error": f"{type(exc).__name__}: {exc}"}]
+                mode = parse_plan_option(options.get("plan"))
+                chosen = choose_plan(plans, mode, options.get("priority", "balanced"))
+            except Exception as exc:
+                future.set_exception(exc)
+                raise
+            if chosen is not None:
+                plans = [dict(p, chosen=(i == chosen)) for i, p in enumerate(plans)]
+            job.plans = plans
+            future.set_result(plans[chosen] if chosen is not None else None)
+        return await asyncio.shield(future)
 
     def _qpu_views(self) -> list[QPUView]:
         """The fleet as a scheduling cycle sees it (online QPUs, their queues now)."""

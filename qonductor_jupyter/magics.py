@@ -51,6 +51,12 @@ class QonductorMagics(Magics):
         help="deployment config: a YAML file or the name of a dict variable",
     )
     @argument("--placement", default=None, help="QPU placement policy (a named baseline)")
+    @argument(
+        "--plan",
+        default=None,
+        help="resource plan per quantum step: auto (by --priority, default), N (plan N of the "
+        "list shown under the cell) or off (unmitigated, scheduler's QPU)",
+    )
     @argument("--timeout", type=float, default=None, help="give up waiting after this many s")
     @argument(
         "--no-wait",
@@ -68,6 +74,13 @@ class QonductorMagics(Magics):
         args = parse_argstring(self.qonductor_cell, line)
         if args.shots is not None and args.shots < 1:
             raise UsageError(f"--shots must be positive, got {args.shots}")
+        if args.plan is not None:
+            from kernel_server.scheduler.plan_choice import PlanChoiceError, parse_plan_option
+
+            try:
+                args.plan = parse_plan_option(args.plan)
+            except PlanChoiceError as exc:
+                raise UsageError(str(exc)) from None
         if args.output is not None and not args.output.isidentifier():
             raise UsageError(f"-o takes a Python name, got {args.output!r}")
         return self._run(args, self.shell.transform_cell(cell), cell)
@@ -102,6 +115,7 @@ class QonductorMagics(Magics):
             priority=args.priority or self.settings.default_priority,
             seed=args.seed,
             placement=args.placement or self.settings.placement,
+            plan=args.plan if args.plan is not None else self.settings.default_plan,
         )
         if args.no_wait or args.output:
             from .handle import WorkflowHandle

@@ -49,6 +49,7 @@ COLUMNS = (
 
 
 PLAN_COLUMNS = (
+    ("number", "plan"),
     ("rank", "rank"),
     ("backend", "QPU template"),
     ("mitigation", "mitigation"),
@@ -62,6 +63,7 @@ PLAN_COLUMNS = (
 
 def _plan_row(plan: dict[str, Any]) -> dict[str, str]:
     return {
+        "number": ("* " if plan.get("chosen") else "") + str(plan.get("number", "")),
         "rank": str(plan["rank"]),
         "backend": plan["backend"],
         "mitigation": plan["mitigation"],
@@ -73,11 +75,18 @@ def _plan_row(plan: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def step_plans(step: dict[str, Any]) -> list[dict[str, Any]]:
-    """The resource plans recorded for a step (on its first QPU job), or []."""
+SHOWN_PLANS = 3  # plans listed under a cell (and the chosen one, wherever it ranks)
+
+
+def step_plans(step: dict[str, Any], limit: int | None = SHOWN_PLANS) -> list[dict[str, Any]]:
+    """The resource plans recorded for a step (on its first QPU job), best-first, or []: the
+    first ``limit`` of them plus the chosen plan where it is further down."""
     for job in step.get("qpu_jobs") or []:
         if job.get("plans"):
-            return list(job["plans"])
+            plans = [dict(p, number=i) for i, p in enumerate(job["plans"])]
+            if limit is None or "error" in plans[0]:
+                return plans
+            return plans[:limit] + [p for p in plans[limit:] if p.get("chosen")]
     return []
 
 
@@ -98,8 +107,8 @@ def _html_table(columns: tuple[tuple[str, str], ...], rows: list[dict[str, str]]
 
 
 PLANS_NOTE = (
-    "Resource plans (Pareto rank over fidelity, time and cost; the step ran unmitigated on the "
-    "QPU above):"
+    "Resource plans (Pareto rank over fidelity, time and cost; * = the plan the step ran with, "
+    "none marked: it ran unmitigated on the QPU above):"
 )
 
 

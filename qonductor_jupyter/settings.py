@@ -23,6 +23,9 @@ class Qonductor(Configurable):
     default_shots = Int(
         4000, help="Shots per circuit when a cell gives no --shots and sample() none."
     ).tag(config=True)
+    default_plan = Unicode(
+        "auto", help="Resource plan when a cell gives no --plan: auto, off or a plan number."
+    ).tag(config=True)
     placement = Unicode(
         None,
         allow_none=True,
@@ -37,6 +40,13 @@ class Qonductor(Configurable):
         if proposal["value"] < 1:
             raise TraitError(f"default_shots must be at least 1, got {proposal['value']}")
         return proposal["value"]
+
+    @validate("default_plan")
+    def _known_plan(self, proposal: dict[str, Any]) -> str:
+        value = str(proposal["value"]).strip().lower()
+        if value not in ("auto", "off") and not value.isdigit():
+            raise TraitError(f"default_plan is auto, off or a plan number, got {value!r}")
+        return value
 
     @validate("timeout")
     def _positive_timeout(self, proposal: dict[str, Any]) -> float | None:

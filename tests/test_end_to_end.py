@@ -66,13 +66,47 @@ def test_quantum_steps_record_pareto_ranked_plans(orchestrator):
     wid = qj.invoke(qj.deploy(qj.create_workflow(PIPELINE)), {"width": 2})
     qj.workflow_results(wid, timeout=180)
     (quantum,) = [s for s in qj.workflow_info(wid).steps if s["kind"] == "quantum"]
-    plans = quantum["qpu_jobs"][0]["plans"]
-    assert len(plans) == 3 and plans[0]["rank"] == 0
+    job = quantum["qpu_jobs"][0]
+    plans = job["plans"]
+    assert 3 <= len(plans) <= 12 and plans[0]["rank"] == 0
     ranks = [p["rank"] for p in plans]
     assert ranks == sorted(ranks)
     for plan in plans:
         assert plan["backend"] in {"Falcon-27", "Egret-33"}
         assert 0 < plan["fidelity"] <= 1 and plan["quantum_seconds"] > 0 and plan["cost"] > 0
+    # --plan auto (the default): one plan chosen, and the job ran as it says.
+    (chosen,) = [p for p in plans if p["chosen"]]
+    assert job["qpu"] in chosen["members"]
+    expected = "mitigated:" + chosen["mitigation"] if chosen["mitigation"] != "none" else None
+    assert expected is None or job["method"] == expected
+
+
+def test_plan_number_and_off_and_out_of_range(shell):
+    cell = "from qiskit import QuantumCircuit\nq = QuantumCircuit(2)\nq.x(0)\nq.measure_all()\n"
+    cell += "c = sample(q, shots=200)\n"
+    run(shell, cell, "--plan off --seed 1")
+    wid = qj.list_workflows()[0]["id"]
+    (job,) = [j for s in qj.workflow_info(wid).steps for j in s["qpu_jobs"]]
+    assert not any(p.get("chosen") for p in job["plans"]) and "mitigated" not in job["method"]
+    c = shell.user_ns["c"]
+    assert sum(c.values()) == 200 and c.get("01", 0) >= 160
+    # A plan with mitigation, picked by number.
+    plans = job["plans"]
+    number = next(i for i, p in enumerate(plans) if p["mitigation"] not in ("none", "dd"))
+    run(shell, cell, f"--plan {number} --seed 1")
+    wid = qj.list_workflows()[0]["id"]
+    (job,) = [j for s in qj.workflow_info(wid).steps for j in s["qpu_jobs"]]
+    assert job["plans"][number]["chosen"]
+    assert job["method"] == "mitigated:" + plans[number]["mitigation"]
+    assert sum(shell.user_ns["c"].values()) == 200  # mitigated counts still total the shots
+    assert max(shell.user_ns["c"], key=shell.user_ns["c"].get) == "01"
+    result = run(shell, cell, "--plan 99")
+    assert isinstance(result.error_in_exec, QonductorError)
+    assert "--plan 99: this step has" in str(result.error_in_exec)
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match="--plan takes auto, off or a plan number"):
+        shell.run_cell_magic("qonductor", "--plan best", cell)
 
 
 def test_functions_defined_in_the_cell_work_in_the_notebook(shell):
@@ -398,7 +432,11 @@ def test_circuits_with_mid_circuit_measurement_run_on_aer(shell):
         qc.measure([0, 1], [1, 2])
         counts = sample(qc, shots=200)
     """)
+    # With the plan auto picks (REM is the one stack that takes mid-circuit measurements) ...
     assert run(shell, cell, "--seed 1").error_in_exec is None
+    assert max(shell.user_ns["counts"], key=shell.user_ns["counts"].get) == "111"
+    # ... and unmitigated, where Aer's method choice shows.
+    assert run(shell, cell, "--seed 1 --plan off").error_in_exec is None
     assert max(shell.user_ns["counts"], key=shell.user_ns["counts"].get) == "111"
     from qonductor_jupyter.api import workflow_info
 

@@ -74,21 +74,64 @@ def execute_on_device(
     return Execution(cloudpickle.dumps(results), methods)
 
 
-def plan_step(circuits_blob: bytes, fleet: list[str], shots: int, k: int = 3) -> list[dict]:
-    """Resource plans for a quantum step's first circuit over the fleet's templates.
+PLAN_LIMIT = 12  # plans kept per step (best-first): what --plan N can pick from
 
-    Advice shown with the results, not a condition for running: a circuit the estimator cannot
-    take (a gate mitiq cannot convert, a model file missing) gives ``[{"error": ...}]`` and the
-    job runs on the placement's choice regardless.
+
+def plan_step(
+    circuits_blob: bytes, fleet: list[str], shots: int, k: int = PLAN_LIMIT
+) -> list[dict]:
+    """Resource plans for a quantum step's first circuit over the fleet's templates, best-first,
+    each with the template's member QPUs (``members``) so the job can run where the plan says.
+
+    A circuit the estimator cannot take (a gate mitiq cannot convert, a model file missing)
+    gives ``[{"error": ...}]``: the job then runs unmitigated on the scheduler's choice.
     """
     from kernel_server.estimator.plans import resource_plans, templates_for
 
     try:
         circuit = cloudpickle.loads(circuits_blob)[0]
-        plans = resource_plans(circuit, k, backends=templates_for(fleet).values(), shots=shots)
+        templates = templates_for(fleet)
+        plans = resource_plans(circuit, k, backends=templates.values(), shots=shots)
     except Exception as exc:  # reported under the cell; the job itself goes on
         return [{"error": f"{type(exc).__name__}: {exc}"}]
-    return [plan.to_dict() for plan in plans]
+    return [
+        {**plan.to_dict(), "members": list(templates[plan.estimate.backend].members)}
+        for plan in plans
+    ]
+
+
+def counts_from_distribution(distribution: dict[str, float], shots: int) -> dict[str, int]:
+    """Integer counts totalling ``shots`` closest to ``distribution`` (largest remainders), so a
+    mitigated result reads like the counts ``sample()`` returns."""
+    total = sum(max(v, 0.0) for v in distribution.values())
+    if total <= 0:
+        return {}
+    exact = {k: max(v, 0.0) / total * shots for k, v in distribution.items()}
+    counts = {k: int(v) for k, v in exact.items()}
+    short = shots - sum(counts.values())
+    for key in sorted(exact, key=lambda k: exact[k] - counts[k], reverse=True)[:short]:
+        counts[key] += 1
+    return {k: v for k, v in sorted(counts.items()) if v > 0}
+
+
+def execute_mitigated(
+    device: str, circuits_blob: bytes, stack: str, shots: int, seed: int | None
+) -> Execution:
+    """Run each circuit with a mitigation stack on the device's noise; the mitigated outcome
+    distribution comes back as counts (``counts_from_distribution``)."""
+    from kernel_server.estimator.mitigation.stack import run_mitigated_detailed
+    from kernel_server.workers.devices import load_backend
+
+    backend = load_backend(device)
+    circuits = cloudpickle.loads(circuits_blob)
+    results = []
+    for i, circuit in enumerate(circuits):
+        run = run_mitigated_detailed(
+            circuit, backend, stack, shots, seed=None if seed is None else seed + i,
+            per_outcome=True,
+        )  # fmt: skip
+        results.append(counts_from_distribution(dict(run.value), shots))
+    return Execution(cloudpickle.dumps(results), [f"mitigated:{stack}"] * len(circuits))
 
 
 def warm_up(devices: list[str]) -> int:
