@@ -442,3 +442,25 @@ def test_importing_the_libraries_stays_light() -> None:
         warnings.simplefilter("ignore")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_mitigation_by_hand_runs_laid_out_once_and_pins_the_plan(shell):
+    """REM.apply in a cell: its calibration circuits run on the qubits of the circuit they
+    calibrate (one layout for the batch), and the step's plan stays unmitigated."""
+    import qonductor_jupyter as qj
+
+    cell = (
+        "from qonductor_jupyter.lib.quantum import GHZ\n"
+        "from qonductor_jupyter.lib.classical import REM\n"
+        "m = REM.apply(GHZ(3))\n"
+        "raw = sample(m, shots=2000)\n"
+        "p = REM.correct(m, raw)\n"
+    )
+    result = shell.run_cell(f"%%qonductor --seed 2\n{cell}")
+    assert result.error_in_exec is None
+    p = shell.user_ns["p"]
+    assert p.get("000", 0) + p.get("111", 0) > 0.9
+    wid = qj.list_workflows()[0]["id"]
+    (job,) = [j for s in qj.workflow_info(wid).steps for j in s["qpu_jobs"]]
+    assert {plan["mitigation"] for plan in job["plans"]} == {"none"}
+    assert "mitigated" not in (job["method"] or "")

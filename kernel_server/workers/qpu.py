@@ -31,14 +31,45 @@ def device_catalogue(names: list[str]) -> list[dict[str, Any]]:
     return [device_info(n).to_dict() for n in names]
 
 
+MITIGATION_TAG = "qonductor_mitigation"  # set by qonductor_jupyter.lib.classical on its circuits
+
+
+def _mitigated_by_hand(circuits: list[Any]) -> bool:
+    return bool(circuits) and all(
+        MITIGATION_TAG in (getattr(c, "metadata", None) or {}) for c in circuits
+    )
+
+
 def estimate_on_device(circuits_blob: bytes, device: str, seed: int = 0) -> DeviceEstimate:
-    """Transpile each circuit for the device; numerical fidelity (mean) and duration (sum)."""
-    from kernel_server.estimator.numerical import numerical_estimate
+    """Transpile each circuit for the device; numerical fidelity (mean) and duration (sum).
+
+    Circuits a cell mitigated by hand (ZNE.apply, REM.apply: tagged in their metadata) are laid
+    out once, on the first circuit's qubits, and compiled at level 0 as the stacks' own runs are:
+    REM's calibration circuits must measure the qubits they calibrate, and ZNE's folds must
+    survive compilation.
+    """
+    from kernel_server.estimator.numerical import fidelity_and_duration, numerical_estimate
     from kernel_server.workers.devices import load_backend
 
     t0 = time.perf_counter()
     backend = load_backend(device)
     circuits = cloudpickle.loads(circuits_blob)
+    if _mitigated_by_hand(circuits):
+        from kernel_server.estimator.mitigation.stack import choose_layout, transpile_mitigated
+
+        layout = choose_layout(circuits[0], backend)
+        compiled = [transpile_mitigated(c, backend, layout) for c in circuits]
+        measured = [fidelity_and_duration(c, backend.target) for c in compiled]
+        fidelity = sum(f for f, _ in measured) / len(measured)
+        duration = sum(d for _, d in measured)
+        return DeviceEstimate(
+            device,
+            fidelity,
+            duration,
+            cloudpickle.dumps(compiled),
+            len(compiled),
+            time.perf_counter() - t0,
+        )
     estimates = [numerical_estimate(c, backend, seed=seed) for c in circuits]
     fidelity = sum(e.fidelity for e in estimates) / len(estimates)
     duration = sum(e.duration_s for e in estimates)
@@ -89,9 +120,13 @@ def plan_step(
     from kernel_server.estimator.plans import resource_plans, templates_for
 
     try:
-        circuit = cloudpickle.loads(circuits_blob)[0]
+        circuits = cloudpickle.loads(circuits_blob)
+        circuit = circuits[0]
         templates = templates_for(fleet)
-        plans = resource_plans(circuit, k, backends=templates.values(), shots=shots)
+        # Mitigation the cell applied by hand pins that part of the plan: only unmitigated
+        # plans (QPU template and accelerator still chosen by the estimator).
+        pinned = {"stacks": ("none",)} if _mitigated_by_hand(circuits) else {}
+        plans = resource_plans(circuit, k, backends=templates.values(), shots=shots, **pinned)
     except Exception as exc:  # reported under the cell; the job itself goes on
         return [{"error": f"{type(exc).__name__}: {exc}"}]
     return [
