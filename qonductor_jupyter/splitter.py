@@ -540,6 +540,11 @@ def _summarize(root: _Scope, immediate: bool, primitives: set[str]) -> _Summary:
         summary.primitive_calls.extend(
             now for name in scope.calls if name in primitives and scope.is_global(name)
         )
+        # A primitive handed on as a value (``optimizer(sample)``) may be called any number of
+        # times by the callee: a use inside a loop, whatever the call site.
+        for name in primitives:
+            if scope.is_global(name) and scope.loads.count(name) > scope.calls.count(name):
+                summary.primitive_calls.append(False)
         for child in scope.children:
             # Function bodies run when called; class bodies and comprehensions run right away.
             visit(child, now and child.kind != "function")
@@ -581,6 +586,7 @@ class _Walker:
         self._direct = 0
         self._nested = 0
         self._uses_quantum_function = False
+        self._called: set[int] = set()  # Name nodes of primitive calls (not values handed on)
         self._loop_depth = 0
         self._branch_depth = 0
         self._conditional = 0
@@ -741,6 +747,10 @@ class _Walker:
             return
         if isinstance(node, ast.Name):
             if isinstance(node.ctx, ast.Load):
+                if node.id in self.active and id(node) not in self._called:
+                    # The primitive handed on as a value (``VQE(...).run(sample)``): the callee
+                    # may call it any number of times, so the statement is a hybrid step.
+                    self._count_primitive(_NESTED)
                 self._use(node.id, self._ctx())
             else:
                 self._target(node)
@@ -750,6 +760,7 @@ class _Walker:
         elif isinstance(node, ast.Call):
             if isinstance(node.func, ast.Name) and node.func.id in self.active:
                 self._count_primitive(self._ctx())
+                self._called.add(id(node.func))
             self._mutate(node)  # ``x.append(v)``, ``qc.measure_all()``
             for child in ast.iter_child_nodes(node):
                 self._expr(child)

@@ -996,3 +996,14 @@ def test_mutation_steps_execute_in_sequence():
     final = {name: results[step_id][name] for name, step_id in g.outputs.items()}
     assert final["results"] == [6]
     assert final["cfg"] == {"k": 6}
+
+
+def test_a_primitive_handed_on_as_a_value_makes_a_hybrid_step():
+    # VQE(...).run(sample): the callee calls sample any number of times.
+    graph = split_cell("vqe = make()\nresult = vqe.run(sample)\nenergy = result.energy\n")
+    kinds = [s.kind.value for s in graph.steps]
+    assert kinds == ["classical", "hybrid", "classical"]
+    assert graph.has_quantum
+    # The same through a function defined in the cell.
+    graph = split_cell("def g():\n    return optimize(sample)\nr = g()\n")
+    assert [s.kind.value for s in graph.steps][-1] == "hybrid"
