@@ -88,6 +88,7 @@ class Orchestrator:
             "list_images": self.h_images,
             "list_workflows": self.h_workflows,
             "cancel": self.h_cancel,
+            "choose_plan": self.h_choose_plan,
             "fleet": self.h_fleet,
             "sample": self.h_sample,
         }
@@ -325,6 +326,10 @@ class Orchestrator:
         run = self.manager.run_for(msg.workflow_id)
         await self.manager.wait_final(run, min(msg.wait_s, 30.0))
         return self.manager.workflow_reply(run, with_outputs=True)
+
+    async def h_choose_plan(self, msg: P.ChoosePlan, identity: bytes, rid: str) -> P.Message:
+        plan = self.manager.choose_plan(msg.workflow_id, msg.step_id, msg.plan)
+        return P.Ok(data={"plan": plan})
 
     async def h_cancel(self, msg: P.Cancel, identity: bytes, rid: str) -> P.Message:
         run, cancelled = self.manager.cancel(msg.workflow_id)

@@ -70,6 +70,8 @@ class JobManager:
         self.dispatcher = CycleDispatcher(self._qpu_views)
         # (workflow, step) -> the plan its QPU jobs run with (None: unmitigated, scheduler's QPU)
         self.step_plans: dict[tuple[str, int | None], asyncio.Future] = {}
+        # --plan ask: (workflow, step) -> (future of the user's answer, number of plans)
+        self.plan_requests: dict[tuple[str, int | None], tuple[asyncio.Future, int]] = {}
         self.slots = {"classical": classical_slots, "quantum": quantum_step_slots}
         self.step_queue: dict[str, list[tuple[str, int]]] = {"classical": [], "quantum": []}
         self.runs: dict[str, WorkflowRun] = {}
@@ -234,7 +236,11 @@ class JobManager:
         self._wake(run.id)
 
     def _wake(self, workflow_id: str) -> None:
-        # The workflow is final: forget its per-step plan choices and pinned QPUs.
+        # The workflow is final: forget its per-step plan choices and pinned QPUs, and stop
+        # waiting for plan choices nobody will make now.
+        for key in [k for k in self.plan_requests if k[0] == workflow_id]:
+            answer, _ = self.plan_requests.pop(key)
+            answer.cancel()
         for table in (self.step_plans, self.sessions):
             for key in [k for k in table if k[0] == workflow_id]:
                 del table[key]
@@ -448,15 +454,55 @@ class JobManager:
                     except Exception as exc:  # a lost worker: advice missing, job goes on
                         plans = [{"error": f"{type(exc).__name__}: {exc}"}]
                 mode = parse_plan_option(options.get("plan"))
+                usable = [p for p in plans if "error" not in p]
+                if mode == "ask" and usable:
+                    mode = await self._ask_for_plan(run, job, msg, usable)
                 chosen = choose_plan(plans, mode, options.get("priority", "balanced"))
-            except Exception as exc:
+            except BaseException as exc:
                 future.set_exception(exc)
+                future.exception()  # retrieved: the other jobs of the step re-raise it
                 raise
             if chosen is not None:
                 plans = [dict(p, chosen=(i == chosen)) for i, p in enumerate(plans)]
             job.plans = plans
             future.set_result(plans[chosen] if chosen is not None else None)
         return await asyncio.shield(future)
+
+    async def _ask_for_plan(
+        self, run: WorkflowRun, job: JobRecord, msg: P.Sample, plans: list[dict[str, Any]]
+    ) -> int | str:
+        """Show the plans (on the job) and wait for ``choose_plan``; returns its answer."""
+        key = (run.id, msg.step_id)
+        answer = asyncio.get_running_loop().create_future()
+        self.plan_requests[key] = (answer, len(plans))
+        job.plans = [dict(p, awaiting_choice=True) for p in plans]
+        self.store.save_job(job)
+        # Same state (estimating); the event tells widgets the plans are there.
+        self.emit(job, f"{len(plans)} plans ready; waiting for a choice")
+        try:
+            return await answer
+        finally:
+            self.plan_requests.pop(key, None)
+
+    def choose_plan(self, workflow_id: str, step_id: int, plan: Any) -> int | str:
+        """The user's answer to a ``--plan ask`` step (a plan number or "off")."""
+        run = self.run_for(workflow_id)
+        request = self.plan_requests.get((run.id, step_id))
+        if request is None:
+            raise UserError(
+                f"workflow {workflow_id} has no step {step_id} waiting for a plan "
+                f"(it is {run.state.value}; plans are chosen once, when the step is ready)"
+            )
+        answer, count = request
+        try:
+            value = parse_plan_option(plan)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        if value in ("auto", "ask") or (isinstance(value, int) and value >= count):
+            raise UserError(f"choose a plan number from 0 to {count - 1}, or off; got {plan!r}")
+        if not answer.done():
+            answer.set_result(value)
+        return value
 
     def _qpu_views(self) -> list[QPUView]:
         """The fleet as a scheduling cycle sees it (online QPUs, their queues now)."""

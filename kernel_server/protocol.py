@@ -151,6 +151,16 @@ class Cancel(Message):
 
 
 @dataclass
+class ChoosePlan(Message):
+    """The user's plan for a quantum step of a ``--plan ask`` workflow (a number, or "off")."""
+
+    op: ClassVar[str] = "choose_plan"
+    workflow_id: str = ""
+    step_id: int = 0
+    plan: Any = 0
+
+
+@dataclass
 class GetFleet(Message):
     op: ClassVar[str] = "fleet"
 

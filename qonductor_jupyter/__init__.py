@@ -19,6 +19,7 @@ _API = (
     "list_images",
     "list_workflows",
     "cancel",
+    "choose_plan",
     "fleet",
 )
 

@@ -200,6 +200,13 @@ def cancel(workflow_id: str) -> dict[str, Any]:
     return _request(P.Cancel(workflow_id=workflow_id)).data  # type: ignore[attr-defined]
 
 
+def choose_plan(workflow_id: str, step_id: int, plan: int | str) -> Any:
+    """Answer a ``--plan ask`` step: run it with plan number ``plan`` (or "off")."""
+    return _request(P.ChoosePlan(workflow_id=workflow_id, step_id=int(step_id), plan=plan)).data[
+        "plan"
+    ]  # type: ignore[attr-defined]
+
+
 def list_images() -> list[dict[str, Any]]:
     return _request(P.ListImages()).data["images"]  # type: ignore[attr-defined]
 

@@ -16,8 +16,8 @@ from .report import WorkflowReport
 from .settings import PRIORITIES, Qonductor
 
 LINE_COMMANDS = (
-    "server start|stop|status, status [ID], watch ID, jobs, plans ID, result ID, cancel ID, "
-    "images, fleet"
+    "server start|stop|status, status [ID], watch ID, jobs, plans ID, choose ID STEP PLAN, "
+    "result ID, cancel ID, images, fleet"
 )
 
 
@@ -54,8 +54,9 @@ class QonductorMagics(Magics):
     @argument(
         "--plan",
         default=None,
-        help="resource plan per quantum step: auto (by --priority, default), N (plan N of the "
-        "list shown under the cell) or off (unmitigated, scheduler's QPU)",
+        help="resource plan per quantum step: auto (by --priority, default), ask (pick in a "
+        "widget; the cell returns at once), N (plan N of the list shown under the cell) or off "
+        "(unmitigated, scheduler's QPU)",
     )
     @argument("--timeout", type=float, default=None, help="give up waiting after this many s")
     @argument(
@@ -117,6 +118,8 @@ class QonductorMagics(Magics):
             placement=args.placement or self.settings.placement,
             plan=args.plan if args.plan is not None else self.settings.default_plan,
         )
+        if args.plan == "ask":
+            return self._ask(workflow_id, args, ns)
         if args.no_wait or args.output:
             from .handle import WorkflowHandle
 
@@ -149,6 +152,29 @@ class QonductorMagics(Magics):
         display(WorkflowReport.from_reply(reply, sorted(outputs)))
         return None
 
+    def _ask(self, workflow_id: str, args: Any, ns: dict[str, Any]) -> Any:
+        """--plan ask: return at once; the run starts when a plan is chosen."""
+        from .handle import WorkflowHandle
+
+        handle = WorkflowHandle(workflow_id, namespace=ns)
+        if args.output:
+            ns[args.output] = handle
+        if widgets_available(self.shell):
+            from .plan_widget import PlanSelectionWidget
+
+            display(
+                PlanSelectionWidget(
+                    workflow_id, preference=args.priority or self.settings.default_priority
+                )
+            )
+        else:
+            print(
+                f"Workflow {workflow_id} waits for a plan per quantum step: see them with "
+                f"%qonductor plans {workflow_id}, pick with %qonductor choose {workflow_id} "
+                "STEP PLAN; its names are set when it completes."
+            )
+        return handle if not args.output else None
+
     def _config(self, spec: str | None) -> dict[str, Any] | str | None:
         if spec is None:
             return None
@@ -171,6 +197,7 @@ class QonductorMagics(Magics):
         %qonductor plans ID                   the resource plans of a workflow's quantum steps
         %qonductor result ID                  the values a finished workflow assigned
         %qonductor cancel ID                  cancel a workflow and every child job
+        %qonductor choose ID STEP PLAN        answer a --plan ask step (a plan number or off)
         %qonductor images                     registered workflow images
         %qonductor fleet                      the QPUs, their queues and calibrations
         """
@@ -196,6 +223,12 @@ class QonductorMagics(Magics):
             return api.fleet()
         if cmd == "status" and not rest:
             print(cli.server_command("status"))
+            return None
+        if cmd == "choose":
+            if len(rest) != 3 or not rest[1].isdigit():
+                raise UsageError("usage: %qonductor choose WORKFLOW_ID STEP PLAN")
+            plan = api.choose_plan(rest[0], int(rest[1]), rest[2])
+            print(f"step {rest[1]} of {rest[0]} runs with plan {plan}")
             return None
         if cmd in ("status", "cancel", "plans", "result", "watch"):
             if len(rest) != 1:

@@ -44,8 +44,8 @@ class Qonductor(Configurable):
     @validate("default_plan")
     def _known_plan(self, proposal: dict[str, Any]) -> str:
         value = str(proposal["value"]).strip().lower()
-        if value not in ("auto", "off") and not value.isdigit():
-            raise TraitError(f"default_plan is auto, off or a plan number, got {value!r}")
+        if value not in ("auto", "ask", "off") and not value.isdigit():
+            raise TraitError(f"default_plan is auto, ask, off or a plan number, got {value!r}")
         return value
 
     @validate("timeout")

@@ -105,7 +105,7 @@ def test_plan_number_and_off_and_out_of_range(shell):
     assert "--plan 99: this step has" in str(result.error_in_exec)
     from IPython.core.error import UsageError
 
-    with pytest.raises(UsageError, match="--plan takes auto, off or a plan number"):
+    with pytest.raises(UsageError, match="--plan takes auto, ask, off or a plan number"):
         shell.run_cell_magic("qonductor", "--plan best", cell)
 
 

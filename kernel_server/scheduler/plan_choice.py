@@ -4,7 +4,8 @@
 (run time, error) are closest to the workflow's priority (the same decision-making as the QPU
 scheduler's selection: ``fidelity`` leans to the most faithful plan, ``jct`` to the fastest);
 ``N`` takes plan N of the best-first list shown under the cell; ``off`` runs unmitigated on the
-scheduler's choice of QPU, with the plans shown as advice.
+scheduler's choice of QPU, with the plans shown as advice; ``ask`` waits for the user to pick one
+(the plan-selection widget, or ``%qonductor choose``).
 """
 
 from __future__ import annotations
@@ -26,17 +27,19 @@ def parse_plan_option(value: Any) -> str | int:
     if value is None:
         return "auto"
     if isinstance(value, bool):
-        raise PlanChoiceError(f"--plan takes auto, off or a plan number, got {value!r}")
+        raise PlanChoiceError(f"--plan takes auto, ask, off or a plan number, got {value!r}")
     if isinstance(value, int):
         if value < 0:
             raise PlanChoiceError(f"--plan takes a plan number from 0, got {value}")
         return value
     text = str(value).strip().lower()
-    if text in ("auto", "off"):
+    if text in ("auto", "off", "ask"):
         return text
     if text.isdigit():
         return int(text)
-    raise PlanChoiceError(f"--plan takes auto, off or a plan number (0, 1, ...), got {value!r}")
+    raise PlanChoiceError(
+        f"--plan takes auto, ask, off or a plan number (0, 1, ...), got {value!r}"
+    )
 
 
 def choose_plan(

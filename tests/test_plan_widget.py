@@ -1,0 +1,98 @@
+"""--plan ask: the plan-selection widget driven headlessly, and %qonductor choose."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from qonductor_jupyter import api
+from qonductor_jupyter.errors import QonductorError
+from qonductor_jupyter.plan_widget import PlanSelectionWidget, ranked, scatter_svg
+
+CELL = (
+    "from qiskit import QuantumCircuit\nq = QuantumCircuit(2)\nq.h(0)\nq.cx(0, 1)\n"
+    "q.measure_all()\nc = sample(q, shots=300)\n"
+)
+
+
+def _wait_for(predicate, seconds: float = 90.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.05)
+
+
+def test_widget_shows_plans_reranks_and_runs_the_clicked_plan(orchestrator):
+    wid, _ = api.submit_cell(CELL, {}, plan="ask", seed=4)
+    widget = PlanSelectionWidget(wid)
+    try:
+        _wait_for(lambda: widget.steps)  # plans arrive by event, no polling here
+        (step,) = widget.steps.values()
+        assert api.workflow_status(wid) == "running"  # nothing runs before a choice
+        assert "<svg" in step.scatter.value and "circle" in step.scatter.value
+        by_preference = {}
+        for preference in ("fidelity", "jct"):
+            step.preference.value = preference  # re-ranks live
+            by_preference[preference] = step.recommended
+            assert step.order[0] == step.recommended
+        fid, fast = (step.plans[by_preference[k]] for k in ("fidelity", "jct"))
+        assert fid["fidelity"] >= fast["fidelity"]
+        seconds = lambda p: p["quantum_seconds"] + p["classical_seconds"]  # noqa: E731
+        assert seconds(fast) <= seconds(fid)
+        pick = next(i for i, p in enumerate(step.plans) if p["mitigation"] == "rem")
+        step.buttons[pick].click()
+        assert widget.chosen == {step.step_id: pick} and step.buttons[pick].disabled
+        values = api.workflow_results(wid, timeout=120)
+        assert sum(values["c"].values()) == 300
+        (job,) = [j for s in api.workflow_info(wid).steps for j in s["qpu_jobs"]]
+        assert job["plans"][pick]["chosen"] and job["method"] == "mitigated:rem"
+        # A second click is refused by the orchestrator and said in the widget.
+        widget._on_choose(step.step_id, 0)
+        assert "could not choose plan 0" in widget.status.value
+    finally:
+        widget.close()
+
+
+def test_choose_line_magic_and_bad_choices(shell, capsys):
+    shell.run_cell(f"%%qonductor --plan ask -o job --seed 5\n{CELL}")
+    job = shell.user_ns["job"]
+    assert "%qonductor choose" in capsys.readouterr().out  # plain IPython: no widget
+    _wait_for(
+        lambda: any(
+            j.get("plans") and j["plans"][0].get("awaiting_choice")
+            for s in api.workflow_info(job.workflow_id).steps
+            for j in s["qpu_jobs"]
+        )
+    )
+    with pytest.raises(QonductorError, match="choose a plan number from 0 to"):
+        shell.run_line_magic("qonductor", f"choose {job.workflow_id} 1 99")
+    with pytest.raises(QonductorError, match="has no step 7 waiting"):
+        shell.run_line_magic("qonductor", f"choose {job.workflow_id} 7 0")
+    shell.run_line_magic("qonductor", f"choose {job.workflow_id} 1 off")
+    values = job.result(timeout=120)
+    assert sum(values["c"].values()) == 300
+    assert sum(shell.user_ns["c"].values()) == 300 or job.done()
+
+
+def test_cancelling_a_workflow_that_waits_for_a_plan(orchestrator):
+    wid, _ = api.submit_cell(CELL, {}, plan="ask")
+    _wait_for(lambda: api.workflow_info(wid).steps[1]["qpu_jobs"])
+    api.cancel(wid)
+    _wait_for(lambda: api.workflow_status(wid) == "cancelled", 30)
+
+
+def test_ranking_and_scatter_are_pure():
+    plans = [
+        {"rank": 0, "fidelity": 0.99, "quantum_seconds": 9.0, "classical_seconds": 1.0,
+         "backend": "A", "mitigation": "zne", "accelerator": "standard-vm", "cost": 5.0},
+        {"rank": 0, "fidelity": 0.90, "quantum_seconds": 1.0, "classical_seconds": 0.0,
+         "backend": "A", "mitigation": "none", "accelerator": "none", "cost": 1.0},
+        {"rank": 1, "fidelity": 0.89, "quantum_seconds": 2.0, "classical_seconds": 0.0,
+         "backend": "B", "mitigation": "none", "accelerator": "none", "cost": 2.0},
+    ]  # fmt: skip
+    assert ranked(plans, "fidelity") == ([0, 1, 2], 0)
+    assert ranked(plans, "jct") == ([1, 0, 2], 1)
+    svg = scatter_svg(plans, highlight=1)
+    assert svg.count("<circle") == 3 and "polyline" in svg and "#d62728" in svg
