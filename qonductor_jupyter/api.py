@@ -30,9 +30,9 @@ from .splitter import WorkflowGraph, split_cell
 KERNEL_ONLY_NAMES = frozenset({"get_ipython", "exit", "quit", "In", "Out", "_ih", "_oh", "_dh"})
 
 
-def _request(message: P.Message, timeout: float = 60.0) -> P.Message:
+def _request(message: P.Message, timeout: float = 60.0, client: Any = None) -> P.Message:
     try:
-        return get_client().request(message, timeout=timeout)
+        return (client or get_client()).request(message, timeout=timeout)
     except P.RemoteError as exc:
         raise from_remote(exc) from None
 
@@ -166,15 +166,20 @@ def wait(
     workflow_id: str,
     timeout: float | None = None,
     on_poll: Callable[[P.WorkflowReply], None] | None = None,
+    client: Any = None,
 ) -> P.WorkflowReply:
-    """Block until the workflow is final (long-polling); raises TimeoutError after ``timeout``."""
+    """Block until the workflow is final (long-polling); raises TimeoutError after ``timeout``.
+
+    A background waiter passes its own ``client``: a long poll holds its client's socket, and on
+    the shared one it would stall every other request of the kernel until the workflow ends.
+    """
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         left = 5.0 if deadline is None else min(5.0, deadline - time.monotonic())
         if left <= 0:
             raise TimeoutError(f"workflow {workflow_id} did not finish within {timeout} s")
         reply: P.WorkflowReply = _request(
-            P.GetResults(workflow_id=workflow_id, wait_s=left), timeout=left + 30.0
+            P.GetResults(workflow_id=workflow_id, wait_s=left), timeout=left + 30.0, client=client
         )  # type: ignore[assignment]
         if on_poll is not None:
             on_poll(reply)

@@ -47,16 +47,22 @@ class WorkflowHandle:
     # ------------------------------------------------------------------ the watch
     def _watch(self) -> None:
         from . import api
+        from .client import Client
 
-        while True:
-            try:
-                reply = api.wait(self.workflow_id, timeout=None)
-                break
-            except TimeoutError:
-                continue
-            except Exception as exc:  # orchestrator gone: say so on result(), keep the handle
-                self._settle(None, exc)
-                return
+        # Its own connection: the long poll must not hold the kernel's shared client.
+        client = Client()
+        try:
+            while True:
+                try:
+                    reply = api.wait(self.workflow_id, timeout=None, client=client)
+                    break
+                except TimeoutError:
+                    continue
+                except Exception as exc:  # orchestrator gone: say so on result(), keep handle
+                    self._settle(None, exc)
+                    return
+        finally:
+            client.close()
         self._settle(reply, None)
 
     def _settle(self, reply: Any, error: BaseException | None) -> None:

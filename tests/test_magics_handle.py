@@ -34,6 +34,18 @@ def test_no_wait_returns_a_handle_and_sets_names_on_completion(shell, capsys):
     assert "1/1 steps done" in capsys.readouterr().out or job.done()
 
 
+def test_a_waiting_handle_does_not_stall_the_kernels_other_requests(shell):
+    # The handle long-polls on its own connection: the notebook's requests (a widget's refresh,
+    # %qonductor status) answer at once while the workflow runs.
+    shell.run_cell(f"%%qonductor --no-wait -o busy\nimport time\ntime.sleep(6)\n{ZERO}")
+    busy = shell.user_ns["busy"]
+    time.sleep(0.5)  # the watch thread is inside its long poll now
+    t0 = time.monotonic()
+    assert busy.status() in ("pending", "running")
+    assert time.monotonic() - t0 < 2.0
+    busy.cancel()
+
+
 def test_handle_timeout_and_cancel(shell):
     shell.run_cell(f"%%qonductor --no-wait -o slow\nimport time\ntime.sleep(30)\n{ZERO}")
     slow = shell.user_ns["slow"]
