@@ -68,10 +68,14 @@ def scatter_svg(plans: list[dict[str, Any]], highlight: int | None, size: int = 
         f"<text x='{size / 2 - 40}' y='{size - 8}'>run time (log)</text>",
         f"<text x='2' y='{pad - 10}'>fidelity</text>",
     ]
-    front = sorted(
-        (px(x, y) for x, y, p in zip(xs, ys, plans, strict=True) if int(p["rank"]) == 0),
-        key=lambda point: point[0],
-    )
+    # The line joins the plans no other plan beats on both axes shown (the 2-D front); filled
+    # markers are the Pareto rank 0 over fidelity, time and cost.
+    order = sorted(range(len(plans)), key=lambda i: (xs[i], -ys[i]))
+    front, best = [], -np.inf
+    for i in order:
+        if ys[i] > best:
+            front.append(px(xs[i], ys[i]))
+            best = ys[i]
     if len(front) > 1:
         path = " ".join(f"{x:.1f},{y:.1f}" for x, y in front)
         parts.append(f"<polyline points='{path}' fill='none' stroke='#1f77b4'/>")
