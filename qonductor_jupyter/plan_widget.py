@@ -20,6 +20,8 @@ from typing import Any
 import ipywidgets as w
 import numpy as np
 
+from .widgets import FINAL, FollowsWorkflow
+
 PREFERENCE_OPTIONS = ("fidelity", "balanced", "jct")
 
 
@@ -159,7 +161,7 @@ class StepPlans(w.VBox):
         self.preference.disabled = True
 
 
-class PlanSelectionWidget(w.VBox):
+class PlanSelectionWidget(FollowsWorkflow, w.VBox):
     """Plans of every step of a ``--plan ask`` workflow that waits for a choice."""
 
     def __init__(
@@ -183,18 +185,9 @@ class PlanSelectionWidget(w.VBox):
         self.status = w.HTML()
         self.box = w.VBox()
         super().__init__([self.status, self.box])
-        self._subscription: Any = None
         self.refresh()
-        if live and self.state not in ("done", "failed", "cancelled"):
-            from .client import get_client
-
-            try:
-                self._subscription = get_client().subscribe(
-                    lambda _event: self.refresh(), workflow_id
-                )
-            except Exception as exc:
-                self.status.value = html.escape(f"live updates unavailable: {exc}")
-            self.refresh()
+        if live and self.state not in FINAL:
+            self._follow(workflow_id, self.status)
 
     def refresh(self) -> None:
         with self._lock:
@@ -219,16 +212,15 @@ class PlanSelectionWidget(w.VBox):
                 f"waiting for a plan for step {', '.join(map(str, waiting))}"
                 if waiting
                 else "estimating plans..."
-                if self.state not in ("done", "failed", "cancelled") and not self.chosen
+                if self.state not in FINAL and not self.chosen
                 else ""
             )
             self.status.value = (
                 f"<b>Qonductor workflow</b> <code>{html.escape(self.workflow_id)}</code>: "
                 f"{html.escape(self.state)} {html.escape(note)}"
             )
-        if self.state in ("done", "failed", "cancelled") and self._subscription is not None:
-            self._subscription.close()
-            self._subscription = None
+        if self.state in FINAL:
+            self._unfollow()
 
     def _on_choose(self, step_id: int, plan: int) -> None:
         try:
@@ -241,9 +233,7 @@ class PlanSelectionWidget(w.VBox):
         self.status.value = html.escape(f"step {step_id} runs with plan {plan}")
 
     def close(self) -> None:
-        if self._subscription is not None:
-            self._subscription.close()
-            self._subscription = None
+        self._unfollow()
         super().close()
 
     def __repr__(self) -> str:

@@ -74,7 +74,31 @@ def step_view(step: dict[str, Any], now: float, first_seen: dict[int, float]) ->
     }
 
 
-class JobStatusWidget(w.VBox):
+class FollowsWorkflow:
+    """Redraws a widget on its workflow's events: a ZeroMQ subscription whose daemon thread
+    calls ``refresh`` (the kernel's main thread never polls)."""
+
+    _subscription: Any = None
+
+    def refresh(self) -> None:  # pragma: no cover - every widget defines its own
+        raise NotImplementedError
+
+    def _follow(self, workflow_id: str, note: w.HTML) -> None:
+        from .client import get_client
+
+        try:
+            self._subscription = get_client().subscribe(lambda _event: self.refresh(), workflow_id)
+        except Exception as exc:  # no live updates; the widget still shows a snapshot
+            note.value = html.escape(f"live updates unavailable: {exc}")
+        self.refresh()  # an event may have passed while subscribing
+
+    def _unfollow(self) -> None:
+        if self._subscription is not None:
+            self._subscription.close()
+            self._subscription = None
+
+
+class JobStatusWidget(FollowsWorkflow, w.VBox):
     """One row per step of a workflow, updated live; Cancel cancels every child job."""
 
     HEADERS = ("step", "kind", "lines", "state", "QPU", "queue pos.", "est. start", "elapsed", "")
@@ -93,7 +117,6 @@ class JobStatusWidget(w.VBox):
         self._cancel = cancel or api.cancel
         self._first_seen: dict[int, float] = {}
         self._lock = threading.Lock()
-        self._subscription: Any = None
         self.state = "submitted"
         self.title = w.HTML()
         self.grid = w.GridBox(layout=w.Layout(grid_template_columns="repeat(8, auto) 160px"))
@@ -103,18 +126,7 @@ class JobStatusWidget(w.VBox):
         super().__init__([self.title, self.grid, w.HBox([self.cancel_button, self.message])])
         self.refresh()
         if live and self.state not in FINAL:
-            self._subscribe()
-
-    def _subscribe(self) -> None:
-        from .client import get_client
-
-        try:
-            self._subscription = get_client().subscribe(
-                lambda _event: self.refresh(), self.workflow_id
-            )
-        except Exception as exc:  # no live updates; the widget still shows a snapshot
-            self.message.value = html.escape(f"live updates unavailable: {exc}")
-        self.refresh()  # an event may have passed while subscribing
+            self._follow(workflow_id, self.message)
 
     def refresh(self) -> None:
         """Fetch the workflow and redraw (safe from any thread)."""
@@ -127,9 +139,8 @@ class JobStatusWidget(w.VBox):
                 self.message.value = html.escape(f"cannot reach the orchestrator: {exc}")
                 return
             self._draw(info)
-        if self.state in FINAL and self._subscription is not None:
-            self._subscription.close()
-            self._subscription = None
+        if self.state in FINAL:
+            self._unfollow()
 
     def _draw(self, info: Any) -> None:
         now = time.monotonic()
@@ -170,9 +181,7 @@ class JobStatusWidget(w.VBox):
         self.refresh()
 
     def close(self) -> None:
-        if self._subscription is not None:
-            self._subscription.close()
-            self._subscription = None
+        self._unfollow()
         super().close()
 
     def __repr__(self) -> str:

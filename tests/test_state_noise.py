@@ -18,6 +18,7 @@ from kernel_server.estimator.state_noise import (
     relaxation_fidelity,
     state_log_fidelity,
 )
+from kernel_server.workers.aer_sim import compact_circuit
 from kernel_server.workers.devices import load_backend
 
 
@@ -86,16 +87,7 @@ def test_budget_tracks_the_noisy_state_fidelity(make) -> None:
     assert budget is not None
 
     bare = scheduled.remove_final_measurements(inplace=False)
-    index = {bit: i for i, bit in enumerate(bare.qubits)}
-    active = sorted(
-        {
-            index[q]
-            for ci in bare.data
-            if ci.operation.name not in ("barrier", "delay")
-            for q in ci.qubits
-        }
-    )
-    bare.save_density_matrix(qubits=active)
+    bare.save_density_matrix(qubits=list(compact_circuit(bare).physical_qubits))
     noise = NoiseModel.from_backend(backend, readout_error=False)
     noisy = AerSimulator(method="density_matrix", noise_model=noise).run(bare).result()
     clean = AerSimulator(method="density_matrix").run(bare).result()
