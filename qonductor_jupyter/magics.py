@@ -137,6 +137,12 @@ class QonductorMagics(Magics):
             )
             return handle if not args.output else None
         timeout = args.timeout if args.timeout is not None else self.settings.timeout
+        if self.settings.live_status and widgets_available(self.shell):
+            from .widgets import JobStatusWidget
+
+            # Live while the cell waits: the widget redraws from the orchestrator's events on
+            # its own thread; the report below it follows when the workflow is done.
+            display(JobStatusWidget(workflow_id))
         try:
             reply, outputs = api.collect(workflow_id, ns, timeout=timeout)
         except (KeyboardInterrupt, TimeoutError) as exc:

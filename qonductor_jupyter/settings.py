@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traitlets import Enum, Float, Int, TraitError, Unicode, validate
+from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 PRIORITIES = ("fidelity", "balanced", "jct")
@@ -30,6 +30,9 @@ class Qonductor(Configurable):
         None,
         allow_none=True,
         help="QPU placement policy (default: the orchestrator's, the NSGA-II cycle scheduler).",
+    ).tag(config=True)
+    live_status = Bool(
+        True, help="Show the live job-status widget while a cell waits (where widgets render)."
     ).tag(config=True)
     timeout = Float(
         None, allow_none=True, help="Seconds a waiting cell gives up after (the workflow goes on)."

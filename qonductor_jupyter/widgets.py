@@ -185,7 +185,9 @@ class JobStatusWidget(FollowsWorkflow, w.VBox):
         super().close()
 
     def __repr__(self) -> str:
-        return f"<Qonductor job status {self.workflow_id}: {self.state}>"
+        # No state here: the text form is what a notebook saves, and it must not depend on
+        # when the widget was displayed (the widget itself shows the state).
+        return f"<Qonductor job status {self.workflow_id}>"
 
 
 FLEET_COLUMNS = (
