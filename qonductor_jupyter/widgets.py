@@ -76,12 +76,10 @@ def step_view(step: dict[str, Any], now: float, first_seen: dict[int, float]) ->
 
 class FollowsWorkflow:
     """Redraws a widget on its workflow's events: a ZeroMQ subscription whose daemon thread
-    calls ``refresh`` (the kernel's main thread never polls)."""
+    calls the widget's own ``refresh`` (the kernel's main thread never polls)."""
 
     _subscription: Any = None
-
-    def refresh(self) -> None:  # pragma: no cover - every widget defines its own
-        raise NotImplementedError
+    refresh: Callable[[], None]  # each widget's redraw
 
     def _follow(self, workflow_id: str, note: w.HTML) -> None:
         from .client import get_client
