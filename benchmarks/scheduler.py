@@ -23,9 +23,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kernel_server.estimator.pareto import front_2d  # noqa: E402
 from kernel_server.scheduler.nsga2 import (  # noqa: E402
-    _all_assignments,
-    _nondominated,
+    all_assignments,
     best_fidelity_assignment,
     earliest_completion_assignment,
     nsga2_schedule,
@@ -51,10 +51,10 @@ def quality(seed: int) -> None:
     ratios = []
     for s in range(seed, seed + 10):
         p = random_problem(8, 4, s)
-        xs = _all_assignments(8, 4)
+        xs = all_assignments(8, 4)
         xs = xs[p.violation(xs) == 0]
         f = p.evaluate(xs)
-        exact = f[_nondominated(f)]
+        exact = f[front_2d(f)]
         result = nsga2_schedule(p, seed=s)
         hv = HV(ref_point=exact.max(axis=0) * 1.1)
         ratios.append(hv(result.front) / hv(exact))

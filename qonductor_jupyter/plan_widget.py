@@ -25,18 +25,14 @@ from .widgets import FINAL, FollowsWorkflow
 PREFERENCE_OPTIONS = ("fidelity", "balanced", "jct")
 
 
-def _seconds(plan: dict[str, Any]) -> float:
-    return float(plan["quantum_seconds"]) + float(plan["classical_seconds"])
-
-
 def ranked(plans: list[dict[str, Any]], preference: str) -> tuple[list[int], int]:
     """Plan indices in the order the preference ranks them, and the recommended one (the same
     pseudo-weights choice ``--plan auto`` makes)."""
     from kernel_server.scheduler.nsga2 import preference_weights, pseudo_weights
-    from kernel_server.scheduler.plan_choice import choose_plan
+    from kernel_server.scheduler.plan_choice import choose_plan, plan_objectives
 
     recommended = choose_plan(plans, "auto", preference)
-    objectives = np.asarray([[_seconds(p), 1.0 - float(p["fidelity"])] for p in plans])
+    objectives = plan_objectives(plans)
     distance = np.abs(pseudo_weights(objectives) - np.asarray(preference_weights(preference)))
     # Pareto rank first (a dominated plan never outranks a front plan), then closeness.
     order = sorted(
@@ -51,8 +47,11 @@ def ranked(plans: list[dict[str, Any]], preference: str) -> tuple[list[int], int
 def scatter_svg(plans: list[dict[str, Any]], highlight: int | None, size: int = 260) -> str:
     """Fidelity (up) against run time (right, log scale) as inline SVG; front plans filled."""
     pad = 30
-    xs = np.log10(np.maximum([_seconds(p) for p in plans], 1e-3))
-    ys = np.asarray([float(p["fidelity"]) for p in plans])
+    from kernel_server.scheduler.plan_choice import plan_objectives
+
+    objectives = plan_objectives(plans)
+    xs = np.log10(np.maximum(objectives[:, 0], 1e-3))
+    ys = 1.0 - objectives[:, 1]
     x0, x1 = xs.min(), max(xs.max(), xs.min() + 1e-6)
     y0, y1 = ys.min(), max(ys.max(), ys.min() + 1e-6)
 
@@ -72,12 +71,9 @@ def scatter_svg(plans: list[dict[str, Any]], highlight: int | None, size: int = 
     ]
     # The line joins the plans no other plan beats on both axes shown (the 2-D front); filled
     # markers are the Pareto rank 0 over fidelity, time and cost.
-    order = sorted(range(len(plans)), key=lambda i: (xs[i], -ys[i]))
-    front, best = [], -np.inf
-    for i in order:
-        if ys[i] > best:
-            front.append(px(xs[i], ys[i]))
-            best = ys[i]
+    from kernel_server.estimator.pareto import front_2d
+
+    front = [px(xs[i], ys[i]) for i in front_2d(np.column_stack([xs, -ys]))]
     if len(front) > 1:
         path = " ".join(f"{x:.1f},{y:.1f}" for x, y in front)
         parts.append(f"<polyline points='{path}' fill='none' stroke='#1f77b4'/>")

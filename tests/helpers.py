@@ -9,3 +9,14 @@ def assert_mostly_zero(counts: dict, shots: int) -> None:
     """
     assert sum(counts.values()) == shots, counts
     assert counts.get("0", 0) >= 0.8 * shots, counts
+
+
+def wait_for(predicate, seconds: float = 90.0) -> None:
+    """Poll ``predicate`` (test side only) until it holds, or fail after ``seconds``."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.05)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from helpers import wait_for
 
 from qonductor_jupyter import api
 from qonductor_jupyter.errors import QonductorError
@@ -16,19 +15,11 @@ CELL = (
 )
 
 
-def _wait_for(predicate, seconds: float = 90.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
-
-
 def test_widget_shows_plans_reranks_and_runs_the_clicked_plan(orchestrator):
     wid, _ = api.submit_cell(CELL, {}, plan="ask", seed=4)
     widget = PlanSelectionWidget(wid)
     try:
-        _wait_for(lambda: widget.steps)  # plans arrive by event, no polling here
+        wait_for(lambda: widget.steps)  # plans arrive by event, no polling here
         (step,) = widget.steps.values()
         assert api.workflow_status(wid) == "running"  # nothing runs before a choice
         assert "<svg" in step.scatter.value and "circle" in step.scatter.value
@@ -59,7 +50,7 @@ def test_choose_line_magic_and_bad_choices(shell, capsys):
     shell.run_cell(f"%%qonductor --plan ask -o job --seed 5\n{CELL}")
     job = shell.user_ns["job"]
     assert "%qonductor choose" in capsys.readouterr().out  # plain IPython: no widget
-    _wait_for(
+    wait_for(
         lambda: any(
             j.get("plans") and j["plans"][0].get("awaiting_choice")
             for s in api.workflow_info(job.workflow_id).steps
@@ -78,9 +69,9 @@ def test_choose_line_magic_and_bad_choices(shell, capsys):
 
 def test_cancelling_a_workflow_that_waits_for_a_plan(orchestrator):
     wid, _ = api.submit_cell(CELL, {}, plan="ask")
-    _wait_for(lambda: api.workflow_info(wid).steps[1]["qpu_jobs"])
+    wait_for(lambda: api.workflow_info(wid).steps[1]["qpu_jobs"])
     api.cancel(wid)
-    _wait_for(lambda: api.workflow_status(wid) == "cancelled", 30)
+    wait_for(lambda: api.workflow_status(wid) == "cancelled", 30)
 
 
 def test_ranking_and_scatter_are_pure():

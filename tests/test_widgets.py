@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from helpers import wait_for
 
 from qonductor_jupyter import api
 from qonductor_jupyter.widgets import FleetOverview, JobStatusWidget, fleet_rows, step_view
@@ -19,21 +18,13 @@ QUICK = (
 )
 
 
-def _wait_for(predicate, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
-
-
 def test_status_widget_follows_a_workflow_live_to_done(orchestrator):
     wid, _ = api.submit_cell(QUICK, {})
     widget = JobStatusWidget(wid)
     try:
         assert len(widget.rows) == 3  # classical, quantum, classical
         # No polling from the test: the widget's subscription redraws it on events.
-        _wait_for(lambda: widget.state == "done")
+        wait_for(lambda: widget.state == "done")
         assert [r["state"] for r in widget.rows] == ["done"] * len(widget.rows)
         assert any(r["qpu"] != "-" for r in widget.rows)  # the quantum step shows its QPU
         bars = [c for c in widget.grid.children if type(c).__name__ == "FloatProgress"]
@@ -51,7 +42,7 @@ def test_cancel_button_cancels_every_child_job(orchestrator):
         assert not widget.cancel_button.disabled
         widget.cancel_button.click()
         assert "cancelled" in widget.message.value
-        _wait_for(lambda: widget.state == "cancelled", 30)
+        wait_for(lambda: widget.state == "cancelled", 30)
         assert api.workflow_status(wid) == "cancelled"
         assert widget.cancel_button.disabled
     finally:

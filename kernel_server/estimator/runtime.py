@@ -47,6 +47,7 @@ from kernel_server.estimator.forest import (
     load_model_json,
     save_model_json,
 )
+from kernel_server.paths import SHARED_DATA_DIR
 
 __all__ = ["ModelFileError", "RuntimeModel", "main", "train_runtime"]
 
@@ -54,10 +55,7 @@ FEATURES: tuple[str, ...] = ("two_qubit_gates", "depth", "num_qubits", "shots", 
 TARGET = "time_taken_s"
 
 DEFAULT_MODEL_PATH = Path(__file__).parent / "models" / "runtime.json"
-# Repo root is parents[2] (kernel_server/estimator/runtime.py); the data lives beside the repo.
-DEFAULT_DATA_PATH = (
-    Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "ibm_runtime_train.csv"
-)
+DEFAULT_DATA_PATH = SHARED_DATA_DIR / "ibm_runtime_train.csv"
 REBUILD_HINT = (
     "rebuild it with `qonductor train runtime` (reads ../shared/data/ibm_runtime_train.csv)"
 )

@@ -76,8 +76,11 @@ class CycleDispatcher:
             for request in batch:
                 groups.setdefault(repr(request.preference), []).append(request)
             for requests in groups.values():
+                # The fleet is read here, in the event loop that owns the queues; only the
+                # optimisation runs in the thread.
+                views = list(self.fleet())
                 try:
-                    placed = await asyncio.to_thread(self._run, requests)
+                    placed = await asyncio.to_thread(self._run, requests, views)
                 except Exception as exc:  # a failed cycle fails its jobs, not the orchestrator
                     for r in requests:
                         if not r.future.done():
@@ -91,8 +94,7 @@ class CycleDispatcher:
                     else:
                         r.future.set_exception(RuntimeError(f"no QPU can run job {r.job_id} now"))
 
-    def _run(self, requests: list[PlacementRequest]) -> dict[str, str]:
-        views = list(self.fleet())
+    def _run(self, requests: list[PlacementRequest], views: list[QPUView]) -> dict[str, str]:
         names = [v.name for v in views]
         runtime = np.full((len(requests), len(views)), _EXCLUDED_RUNTIME)
         fidelity = np.zeros((len(requests), len(views)))

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from kernel_server.estimator.pareto import front_2d
 from kernel_server.scheduler.problem import SchedulingError, SchedulingProblem
 
 # Preference vectors over (mean JCT, mean error), as pseudo-weights: the share of its range an
@@ -161,19 +162,9 @@ def _repair_to_feasible(problem: SchedulingProblem, x: np.ndarray) -> np.ndarray
     return x
 
 
-def _all_assignments(n: int, q: int) -> np.ndarray:
+def all_assignments(n: int, q: int) -> np.ndarray:
+    """Every assignment of n jobs to q QPUs, as a (q**n, n) array."""
     return np.indices((q,) * n).reshape(n, -1).T
-
-
-def _nondominated(f: np.ndarray) -> np.ndarray:
-    """Indices of the non-dominated rows of a two-objective (minimised) array."""
-    order = np.lexsort((f[:, 1], f[:, 0]))
-    keep, best = [], np.inf
-    for i in order:
-        if f[i, 1] < best:
-            keep.append(i)
-            best = f[i, 1]
-    return np.asarray(keep, dtype=int)
 
 
 def _initial_population(
@@ -224,9 +215,9 @@ def nsga2_schedule(
     if q**n <= EXACT_LIMIT:
         # Small enough to enumerate (a lone notebook job, a few jobs on a few QPUs): the exact
         # front, in milliseconds; a genetic search there only re-draws duplicates.
-        xs = _repair_to_feasible(problem, _all_assignments(n, q))
+        xs = _repair_to_feasible(problem, all_assignments(n, q))
         xs = np.unique(xs, axis=0)
-        front_idx = _nondominated(problem.evaluate(xs))
+        front_idx = front_2d(problem.evaluate(xs))
         xs = xs[front_idx]
         front = problem.evaluate(xs)
         chosen = select(front, weights)

@@ -42,6 +42,13 @@ def parse_plan_option(value: Any) -> str | int:
     )
 
 
+def plan_objectives(plans: Sequence[dict[str, Any]]) -> np.ndarray:
+    """(n, 2) minimised objectives of plans: run time (quantum + classical s) and error."""
+    seconds = [float(p["quantum_seconds"]) + float(p["classical_seconds"]) for p in plans]
+    errors = [1.0 - float(p["fidelity"]) for p in plans]
+    return np.column_stack([seconds, errors]) if plans else np.zeros((0, 2))
+
+
 def choose_plan(
     plans: Sequence[dict[str, Any]], mode: str | int, priority: Any = "balanced"
 ) -> int | None:
@@ -59,13 +66,4 @@ def choose_plan(
     best = [i for i, p in enumerate(usable) if int(p.get("rank", 0)) == 0] or list(
         range(len(usable))
     )
-    front = np.asarray(
-        [
-            [
-                float(usable[i]["quantum_seconds"]) + float(usable[i]["classical_seconds"]),
-                1.0 - float(usable[i]["fidelity"]),
-            ]
-            for i in best
-        ]
-    )
-    return best[select(front, priority)]
+    return best[select(plan_objectives([usable[i] for i in best]), priority)]

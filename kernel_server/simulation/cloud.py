@@ -16,6 +16,7 @@ Reservations: a QPU reserved for a window starts nothing inside it and is offlin
 
 from __future__ import annotations
 
+import functools
 import heapq
 import time
 from collections.abc import Sequence
@@ -115,7 +116,6 @@ class SimulationResult:
     end_s: np.ndarray
     arrival_s: np.ndarray
     dropped: dict[int, str]
-    busy_s: dict[str, float]  # all work per QPU
     our_busy_s: dict[str, float]  # our jobs' work per QPU
     makespan_s: float
     cycles: list[dict[str, Any]]
@@ -124,6 +124,11 @@ class SimulationResult:
     wall_s: float
     busy_intervals: dict[str, list[tuple[float, float]]]
     last_front: np.ndarray | None = None  # (K, 2) front of the last qonductor cycle with a choice
+
+    @property
+    def busy_s(self) -> dict[str, float]:
+        """All work (ours and background) each QPU ran up to the makespan."""
+        return {q: sum(b - a for a, b in spans) for q, spans in self.busy_intervals.items()}
 
     def metrics(self) -> dict[str, Any]:
         done = np.isfinite(self.jct_s)
@@ -141,12 +146,8 @@ class SimulationResult:
             "p95_jct_s": float(np.percentile(self.jct_s[done], 95)) if done.any() else float("nan"),
             "mean_fidelity": float(self.fidelity[done].mean()) if done.any() else float("nan"),
             "mean_utilization": float(util.mean()),
-            "max_load_difference": float((loads.max() - loads.min()) / loads.max())
-            if loads.size and loads.max() > 0
-            else 0.0,
-            "max_load_difference_ours": float((ours.max() - ours.min()) / ours.max())
-            if ours.size and ours.max() > 0
-            else 0.0,
+            "max_load_difference": _spread(loads),
+            "max_load_difference_ours": _spread(ours),
             "mean_execution_s": float((self.end_s - self.start_s)[done].mean())
             if done.any()
             else float("nan"),
@@ -164,11 +165,25 @@ class SimulationResult:
         }
 
 
-def _drift_sigma() -> float:
-    """Spread of a QPU's log-error from one daily calibration to the next (ibm_perth, 2023H1)."""
-    from kernel_server.simulation.background import DEFAULT_TRACE
+def _spread(loads: np.ndarray) -> float:
+    """(busiest - least busy) / busiest; 0 for no load."""
+    if not loads.size or loads.max() <= 0:
+        return 0.0
+    return float((loads.max() - loads.min()) / loads.max())
 
-    path = DEFAULT_TRACE.parent / "ibm_perth_calibrations_2023H1.jsonl.gz"
+
+def _drifted(fidelity: Any, factor: Any) -> Any:
+    """Fidelity after a calibration that scales its log by ``factor``."""
+    return np.exp(np.log(np.clip(fidelity, 1e-9, 1.0)) * factor)
+
+
+@functools.lru_cache(maxsize=1)
+def _drift_sigma() -> float:
+    """Spread of a QPU's log-error from one daily calibration to the next (ibm_perth, 2023H1);
+    read once per process (every policy's run uses it)."""
+    from kernel_server.paths import SHARED_DATA_DIR
+
+    path = SHARED_DATA_DIR / "ibm_perth_calibrations_2023H1.jsonl.gz"
     if not path.exists():
         return 0.2
     import gzip
@@ -337,9 +352,8 @@ def simulate(
         elif kind == "calibration":
             c, qi = payload
             # New calibration: this QPU's fidelities drift for every job.
-            column = fidelity[:, qi]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                fidelity[:, qi] = np.exp(np.log(np.clip(column, 1e-9, 1.0)) * drift[c])
+            with np.errstate(invalid="ignore"):  # NaN where the QPU is too small stays NaN
+                fidelity[:, qi] = _drifted(fidelity[:, qi], drift[c])
             if batching:
                 waiting = qpus[qi].withdraw_waiting(now)
                 if waiting:
@@ -358,14 +372,12 @@ def simulate(
         fid[j] = _fidelity_at(workload, calibrations, drift, j, qi, entry.start)
         qpu_of[j] = qpus[qi].name
     makespan = float(np.nanmax(end)) if np.isfinite(end).any() else 0.0
-    busy = {qp.name: 0.0 for qp in qpus}
     ours = {qp.name: 0.0 for qp in qpus}
     intervals: dict[str, list[tuple[float, float]]] = {qp.name: [] for qp in qpus}
     for qp in qpus:
         for e in qp.entries:
             lo, hi = e.start, min(e.end, makespan)
             if hi > lo:
-                busy[qp.name] += hi - lo
                 intervals[qp.name].append((lo, hi))
             if e.job >= 0:
                 ours[qp.name] += e.duration
@@ -379,7 +391,6 @@ def simulate(
         end_s=end,
         arrival_s=np.asarray(workload.arrival_s, dtype=float),
         dropped=dropped,
-        busy_s=busy,
         our_busy_s=ours,
         makespan_s=makespan,
         cycles=cycles,
@@ -402,5 +413,5 @@ def _fidelity_at(
     value = float(workload.fidelity[job, qpu])
     for c, (when, qi) in enumerate(calibrations):
         if qi == qpu and when <= t:
-            value = float(np.exp(np.log(max(value, 1e-9)) * drift[c, job]))
+            value = float(_drifted(value, drift[c, job]))
     return value

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,8 +124,9 @@ def sim_qpus(count: int) -> list[SimQPU]:
 
 
 def _cache_dir() -> Path:
-    home = Path(os.environ.get("QONDUCTOR_HOME", Path.home() / ".qonductor"))
-    return home / "cache"
+    from kernel_server.protocol import qonductor_home
+
+    return qonductor_home() / "cache"
 
 
 def _pool_key(qpus: list[SimQPU]) -> str:
