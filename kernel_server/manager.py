@@ -36,6 +36,10 @@ class CircuitTooWide(UserError):
     pass
 
 
+class UnknownWorkflow(UserError):
+    """No workflow has this id (a client can map it to "not found")."""
+
+
 @dataclass
 class Executors:
     """How the manager gets CPU work done (process pools in the orchestrator)."""
@@ -261,7 +265,7 @@ class JobManager:
     def run_for(self, workflow_id: str) -> WorkflowRun:
         run = self.runs.get(workflow_id) or self.store.load_run(workflow_id)
         if run is None:
-            raise UserError(f"no workflow {workflow_id!r}; list them with list_workflows()")
+            raise UnknownWorkflow(f"no workflow {workflow_id!r}; list them with list_workflows()")
         return run
 
     def workflow_reply(self, run: WorkflowRun, with_outputs: bool) -> P.WorkflowReply:

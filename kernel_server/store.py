@@ -212,13 +212,24 @@ class Store:
         return _unpack(row[0]) if row else None
 
     def list_workflows(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest workflows with the QPUs their jobs use and how many jobs are live."""
         rows = self._exec(
-            "SELECT id, image_id, name, state, created_at, finished_at, error FROM workflows"
-            " ORDER BY created_at DESC LIMIT ?",
+            "SELECT w.id, w.image_id, w.name, w.state, w.created_at, w.finished_at, w.error,"
+            " group_concat(DISTINCT j.qpu), coalesce(sum(j.state = 'running'), 0),"
+            " coalesce(sum(j.state = 'queued'), 0)"
+            " FROM (SELECT * FROM workflows ORDER BY created_at DESC LIMIT ?) w"
+            " LEFT JOIN jobs j ON j.workflow_id = w.id"
+            " GROUP BY w.id ORDER BY w.created_at DESC",
             (limit,),
         ).fetchall()
         keys = ("id", "image_id", "name", "state", "created_at", "finished_at", "error")
-        return [dict(zip(keys, r, strict=True)) for r in rows]
+        listing = []
+        for r in rows:
+            row = dict(zip(keys, r[:7], strict=True))
+            row["qpus"] = sorted(r[7].split(",")) if r[7] else []
+            row["jobs_running"], row["jobs_queued"] = int(r[8]), int(r[9])
+            listing.append(row)
+        return listing
 
     def unfinished_workflow_ids(self) -> list[str]:
         live = (WorkflowState.SUBMITTED.value, WorkflowState.RUNNING.value)

@@ -34,6 +34,20 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'qonductor_jupyter' has no attribute {name!r}")
 
 
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    return [{"src": "labextension", "dest": "qonductor-jupyter"}]
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "qonductor_jupyter"}]
+
+
+def _load_jupyter_server_extension(server_app: Any) -> None:
+    from .labserver import load
+
+    load(server_app)
+
+
 def load_ipython_extension(ipython: Any) -> None:
     from .magics import QonductorMagics
     from .settings import Qonductor

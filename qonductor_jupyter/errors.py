@@ -63,6 +63,7 @@ class OrchestratorError(QonductorError):
 
 _REMOTE_USER_ERRORS = {
     "UserError",
+    "UnknownWorkflow",
     "CircuitTooWide",
     "ConfigError",
     "UnknownImage",

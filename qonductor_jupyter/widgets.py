@@ -162,6 +162,8 @@ class JobStatusWidget(FollowsWorkflow, w.VBox):
             )
         self.grid.children = cells
         self.cancel_button.disabled = info.state in FINAL
+        # A finished workflow has nothing left to cancel: hide the button rather than grey it.
+        self.cancel_button.layout.display = "none" if info.state in FINAL else None
         if info.state == "failed" and info.error:
             self.message.value = f"<pre>{html.escape(info.error)}</pre>"
         # Last, so whoever sees the new state also sees the rows drawn for it.

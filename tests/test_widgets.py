@@ -30,6 +30,7 @@ def test_status_widget_follows_a_workflow_live_to_done(orchestrator):
         bars = [c for c in widget.grid.children if type(c).__name__ == "FloatProgress"]
         assert len(bars) == len(widget.rows) and all(b.value == 1.0 for b in bars)
         assert widget.cancel_button.disabled  # nothing left to cancel
+        assert widget.cancel_button.layout.display == "none"
         assert repr(widget) == f"<Qonductor job status {wid}>"
     finally:
         widget.close()

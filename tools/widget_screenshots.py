@@ -172,8 +172,10 @@ def take_screenshots(base: str, out: Path, chromium: str) -> None:
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60000)
             # Room for the notebook (no side panels) and no notification toasts over it.
             page.add_style_tag(content=".Toastify { display: none !important; }")
-            page.evaluate("() => { window.jupyterapp.shell.collapseLeft(); "
-                          "window.jupyterapp.shell.collapseRight(); }")
+            page.evaluate(
+                "() => { window.jupyterapp.shell.collapseLeft(); "
+                "window.jupyterapp.shell.collapseRight(); }"
+            )
             wait_kernel_idle(page)
             log("kernel idle; running all cells")
             # Not awaited: execute() resolves only once every cell has run.

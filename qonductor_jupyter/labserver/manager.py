@@ -1,0 +1,159 @@
+"""What the JupyterLab sidebar asks of the orchestrator, over the kernel's signed ZeroMQ protocol.
+
+The REST handlers only translate HTTP; this manager does the work. The ZeroMQ client blocks, so
+every request runs on one worker thread (the client serialises requests anyway) and Jupyter
+server's event loop never waits on a socket. The first request starts the orchestrator when none is
+running, exactly as the first ``%%qonductor`` cell would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from typing import Any
+
+from kernel_server import protocol as P
+
+from ..client import Client, OrchestratorUnavailable, Subscription
+
+FINAL_STATES = frozenset({"done", "failed", "cancelled"})
+
+
+class ManagerError(Exception):
+    """A request the manager cannot serve; ``status`` is the HTTP status it maps to."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _http_error(exc: Exception) -> ManagerError:
+    if isinstance(exc, OrchestratorUnavailable):
+        return ManagerError(503, f"Qonductor orchestrator unavailable: {exc}")
+    if isinstance(exc, P.RemoteError):
+        if exc.type_name == "UnknownWorkflow":
+            return ManagerError(404, exc.message)
+        if exc.type_name in ("UserError", "ValueError", "ConfigError"):
+            return ManagerError(400, exc.message)
+        return ManagerError(500, f"{exc.type_name}: {exc.message}")
+    return ManagerError(500, f"{type(exc).__name__}: {exc}")
+
+
+class QonductorManager:
+    """Fleet, workflows, cancellation and an event counter for the sidebar's long poll."""
+
+    def __init__(self, client: Client | None = None, request_timeout: float = 30.0):
+        self.client = client or Client(autostart=True)
+        self.request_timeout = request_timeout
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qonductor-lab")
+        # Events seen since this manager started; the sidebar long-polls on it.
+        self.seq = 0
+        self._changed: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._subscription: Subscription | None = None
+        self._subscribed_to: str | None = None
+
+    # ---------------------------------------------------------------- plumbing
+    async def _request(self, message: P.Message) -> P.Message:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(
+                self._pool, lambda: self.client.request(message, timeout=self.request_timeout)
+            )
+        except Exception as exc:
+            raise _http_error(exc) from exc
+
+    def _ensure_subscribed(self) -> None:
+        """Follow the orchestrator's events; re-subscribe when it was restarted elsewhere."""
+        info = self.client.info
+        if self._subscription is not None and self._subscribed_to == info.pub:
+            return
+        if self._subscription is not None:
+            self._subscription.close()
+        self._subscription = self.client.subscribe(self._on_event)
+        self._subscribed_to = info.pub
+
+    def _on_event(self, event: P.Event) -> None:  # on the subscription's thread
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._bump)
+
+    def _bump(self) -> None:
+        self.seq += 1
+        if self._changed is not None:
+            self._changed.set()
+
+    # ---------------------------------------------------------------- queries
+    async def fleet(self) -> dict[str, Any]:
+        reply = await self._request(P.GetFleet())
+        now = time.time()
+        devices = []
+        for d in reply.data["devices"]:  # type: ignore[attr-defined]
+            calibrated = d.get("calibrated_at")
+            devices.append(
+                {
+                    "name": d["name"],
+                    "family": d.get("family"),
+                    "num_qubits": d.get("num_qubits"),
+                    "online": bool(d.get("online", True)),
+                    "queue_length": d.get("queue_length", 0),
+                    "expected_wait_s": d.get("expected_wait_s", 0.0),
+                    "calibrated_at": calibrated,
+                    "calibration_age_s": None if calibrated is None else max(0.0, now - calibrated),
+                    "running": d.get("running"),
+                }
+            )
+        return {"devices": devices, "updated_at": now}
+
+    async def workflows(self, limit: int = 50) -> dict[str, Any]:
+        if not 1 <= limit <= 1000:
+            raise ManagerError(400, f"limit must be between 1 and 1000, not {limit}")
+        reply = await self._request(P.ListWorkflows(limit=limit))
+        rows = []
+        for w in reply.data["workflows"]:  # type: ignore[attr-defined]
+            finished = w.get("finished_at")
+            # JCT as the user lives it: from submission to the final state.
+            jct = finished - w["created_at"] if finished and w["state"] in FINAL_STATES else None
+            rows.append({**w, "jct_s": None if jct is None else round(jct, 3)})
+        return {
+            "workflows": rows,
+            "running_jobs": sum(w.get("jobs_running", 0) for w in rows),
+            "queued_jobs": sum(w.get("jobs_queued", 0) for w in rows),
+        }
+
+    async def workflow(self, workflow_id: str) -> dict[str, Any]:
+        reply = await self._request(P.GetStatus(workflow_id=workflow_id))
+        data = asdict(reply)
+        data.pop("outputs", None)  # pickled values mean nothing to a browser
+        return data
+
+    async def cancel(self, workflow_id: str) -> dict[str, Any]:
+        reply = await self._request(P.Cancel(workflow_id=workflow_id))
+        return {"workflow_id": workflow_id, **reply.data}  # type: ignore[attr-defined]
+
+    async def wait_for_event(self, after: int, timeout: float) -> dict[str, Any]:
+        """Return as soon as an event newer than ``after`` arrived, or after ``timeout`` s."""
+        self._loop = asyncio.get_running_loop()
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        try:
+            await self._loop.run_in_executor(self._pool, self._ensure_subscribed)
+        except Exception as exc:
+            raise _http_error(exc) from exc
+        deadline = self._loop.time() + max(0.0, min(timeout, 60.0))
+        while self.seq <= after and (left := deadline - self._loop.time()) > 0:
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), left)
+            except asyncio.TimeoutError:
+                break
+        return {"seq": self.seq}
+
+    def close(self) -> None:
+        if self._subscription is not None:
+            self._subscription.close()
+            self._subscription = None
+        self.client.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
