@@ -29,7 +29,7 @@ class OrchestratorUnavailable(RuntimeError):
     pass
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     if pid <= 0:
         return False
     try:
@@ -94,7 +94,7 @@ def ping(info: P.ConnectionInfo, timeout: float = 2.0) -> P.Pong | None:
 
 def server_status(timeout: float = 2.0) -> dict[str, Any] | None:
     info = read_connection()
-    if info is None or not _pid_alive(info.pid):
+    if info is None or not pid_alive(info.pid):
         return None
     pong = ping(info, timeout)
     if pong is None:
@@ -114,9 +114,9 @@ def start_server(fleet: str | None = None, timeout: float = 90.0) -> P.Connectio
     """Return a live orchestrator's connection info, starting a detached one if none answers."""
     with _start_lock():
         info = read_connection()
-        if info is not None and _pid_alive(info.pid) and ping(info, 3.0) is not None:
+        if info is not None and pid_alive(info.pid) and ping(info, 3.0) is not None:
             return info
-        if info is not None and _pid_alive(info.pid):
+        if info is not None and pid_alive(info.pid):
             # Alive but silent for 3 s: probably still starting up. Give it the full timeout.
             if _wait_ready(info.pid, timeout) is not None:
                 return read_connection()  # type: ignore[return-value]
@@ -161,16 +161,16 @@ def _wait_ready(
 def stop_server(timeout: float = 15.0) -> bool:
     """Ask the orchestrator to stop; kill it if it does not. True if one was running."""
     info = read_connection()
-    if info is None or not _pid_alive(info.pid):
+    if info is None or not pid_alive(info.pid):
         return False
     try:
         Client(autostart=False, info=info).request(P.Shutdown(), timeout=3.0)
     except (OrchestratorUnavailable, P.RemoteError):
         pass
     deadline = time.monotonic() + timeout
-    while _pid_alive(info.pid) and time.monotonic() < deadline:
+    while pid_alive(info.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if _pid_alive(info.pid):
+    if pid_alive(info.pid):
         os.kill(info.pid, 15)
     return True
 
@@ -198,7 +198,7 @@ class Client:
 
     def _connect(self) -> None:
         info = read_connection()
-        if info is None or not _pid_alive(info.pid):
+        if info is None or not pid_alive(info.pid):
             if not self.autostart:
                 raise OrchestratorUnavailable(
                     "no orchestrator is running; start one with `qonductor server start`"
@@ -218,7 +218,7 @@ class Client:
     def _recover(self) -> None:
         """The orchestrator did not answer: reconnect to a live one or start a new one."""
         info = read_connection()
-        if info is not None and _pid_alive(info.pid) and ping(info, 2.0) is not None:
+        if info is not None and pid_alive(info.pid) and ping(info, 2.0) is not None:
             self._set_info(info)
             return
         if not self.autostart:
@@ -254,7 +254,7 @@ class Client:
         while (left := deadline - time.monotonic()) > 0:
             # Wake twice a second to notice a dead orchestrator long before the timeout.
             if not self._sock.poll(max(1, int(min(left, 0.5) * 1000))):
-                if self._info is not None and not _pid_alive(self._info.pid):
+                if self._info is not None and not pid_alive(self._info.pid):
                     return None
                 continue
             try:

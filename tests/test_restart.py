@@ -8,7 +8,7 @@ import time
 from helpers import assert_mostly_zero
 
 import qonductor_jupyter as qj
-from qonductor_jupyter.client import _pid_alive, read_connection
+from qonductor_jupyter.client import pid_alive, read_connection
 
 SLOW = textwrap.dedent("""
     import time
@@ -36,7 +36,7 @@ def test_killed_orchestrator_restarts_and_keeps_workflows(orchestrator):
     old = read_connection()
     os.kill(old.pid, signal.SIGKILL)
     deadline = time.time() + 10
-    while _pid_alive(old.pid) and time.time() < deadline:
+    while pid_alive(old.pid) and time.time() < deadline:
         time.sleep(0.1)
 
     # The next call finds it dead, starts a new one, and both workflows are still there.

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 SIDEBAR = "#qonductor-sidebar"
+# The notebook on show: a restored workspace may keep other notebooks open in hidden tabs.
+NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook"
 SIDEBAR_TAB = f'.jp-SideBar .lm-TabBar-tab[data-id="{SIDEBAR[1:]}"]'
 QUANTUM_CELL = (
     "%%qonductor\n"
@@ -48,14 +50,15 @@ def _notebook(lab, name: str) -> None:
 
 def _open_notebook(lab, page, name: str) -> None:
     _notebook(lab, name)
-    page.goto(f"{lab.url}/lab/tree/{name}?token={lab.token}")
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=WAIT_MS)
+    # ``reset`` starts from an empty workspace: only this notebook is open.
+    page.goto(f"{lab.url}/lab/tree/{name}?reset&token={lab.token}")
+    page.wait_for_selector(f"{NOTEBOOK} .jp-Cell", timeout=WAIT_MS)
     # Keystrokes sent before the kernel is idle and connected are dropped.
     page.wait_for_function(KERNEL_READY, timeout=WAIT_MS)
 
 
 def _run_in_cell(page, index: int, source: str) -> None:
-    cells = page.locator(".jp-Notebook .jp-Cell")
+    cells = page.locator(f"{NOTEBOOK} .jp-Cell")
     cells.nth(index).locator(".cm-content").click()
     page.keyboard.insert_text(source)
     page.keyboard.press("Shift+Enter")
@@ -98,6 +101,8 @@ def _screenshot(target, name: str) -> None:
 
 def test_sidebar_shows_the_fleet_and_a_cell_running_to_done(lab, page):
     _open_notebook(lab, page, "bell.ipynb")
+    # Opening Lab starts no orchestrator; the status bar says so.
+    page.locator(".jp-Qonductor-status").get_by_text("not running").wait_for(timeout=WAIT_MS)
     _open_sidebar(page)
     shown = page.eval_on_selector_all(
         f"{SIDEBAR} .jp-Qonductor-qpu", "rows => rows.map(r => r.dataset.qpu)"
@@ -123,7 +128,7 @@ def test_sidebar_shows_the_fleet_and_a_cell_running_to_done(lab, page):
     # The row names the QPU the job ran on.
     assert listed[workflow_id]["qpus"][0] in row.inner_text()
     # The cell itself finished and its variable came back into the kernel.
-    page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-OutputArea-output").first.wait_for(
+    page.locator(f"{NOTEBOOK} .jp-Cell").nth(1).locator(".jp-OutputArea-output").first.wait_for(
         timeout=WAIT_MS
     )
     _run_in_cell(page, 2, "print('shots', sum(counts.values()))")
@@ -143,6 +148,8 @@ def test_cancel_from_the_sidebar_and_the_status_bar_count(lab, page):
     page.wait_for_selector(running, timeout=WAIT_MS)
     (workflow_id,) = set(_workflow_ids(page)) - before
     page.locator(".jp-Qonductor-status").get_by_text("1 running").wait_for(timeout=WAIT_MS)
+    _widen_sidebar(page, 560)
+    _screenshot(page, "lab-sidebar-running.png")
     row = page.locator(f'{SIDEBAR} .jp-Qonductor-workflow[data-workflow-id="{workflow_id}"]')
     row.locator(".jp-Qonductor-cancel").click()
     row.and_(page.locator('[data-state="cancelled"]')).wait_for(timeout=60_000)

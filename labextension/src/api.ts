@@ -99,6 +99,8 @@ export interface ICancelReply {
 
 export interface IEventsReply {
   seq: number;
+  /** Whether an orchestrator runs; the events endpoint never starts one. */
+  orchestrator?: boolean;
 }
 
 /**

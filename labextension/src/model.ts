@@ -58,6 +58,14 @@ export class QonductorModel implements IDisposable {
     return this._queuedJobs;
   }
 
+  /**
+   * Whether an orchestrator runs (null until the first poll answers). Only
+   * fleet and workflow requests start one, so the status bar alone never does.
+   */
+  get orchestratorRunning(): boolean | null {
+    return this._orchestrator;
+  }
+
   /** Latest error to show, or null when the last refresh and poll worked. */
   get error(): string | null {
     return this._refreshError ?? this._pollError;
@@ -68,13 +76,15 @@ export class QonductorModel implements IDisposable {
     return this._updatedAt;
   }
 
-  /** Start the event long-poll (which also triggers the first refresh). */
+  /**
+   * Start the event long-poll. It refreshes only while an orchestrator runs;
+   * the visible sidebar refreshes (and so starts one) by itself.
+   */
   start(): void {
     if (this._started || this._isDisposed) {
       return;
     }
     this._started = true;
-    void this.refresh();
     void this._pollLoop();
   }
 
@@ -170,15 +180,19 @@ export class QonductorModel implements IDisposable {
           `events?after=${seq}&timeout=${LONG_POLL_TIMEOUT_S}`,
           { signal: this._abort.signal }
         );
-        if (this._pollError !== null) {
+        const running = reply.orchestrator ?? true;
+        if (this._pollError !== null || running !== this._orchestrator) {
           this._pollError = null;
+          this._orchestrator = running;
           this._changed.emit();
         }
         // Any change, not only an increase: a lower seq means the server
         // restarted and its counter began again.
         if (typeof reply.seq === 'number' && reply.seq !== seq) {
           seq = reply.seq;
-          void this.refresh();
+          if (running) {
+            void this.refresh();
+          }
         } else if (Date.now() - started < MIN_IDLE_POLL_MS) {
           // The server answered at once without news (it ignored the
           // timeout): pace ourselves instead of spinning.
@@ -207,5 +221,6 @@ export class QonductorModel implements IDisposable {
   private _queuedJobs = 0;
   private _refreshError: string | null = null;
   private _pollError: string | null = null;
+  private _orchestrator: boolean | null = null;
   private _updatedAt: number | null = null;
 }

@@ -22,7 +22,14 @@ export class QonductorStatus extends Widget {
   }
 
   private _update(): void {
-    const { runningJobs, queuedJobs, error } = this._model;
+    const { runningJobs, queuedJobs, error, orchestratorRunning } = this._model;
+    if (orchestratorRunning === false) {
+      this.node.textContent = 'Qonductor: not running';
+      this.toggleClass('jp-mod-error', false);
+      this.node.title =
+        'No orchestrator runs; it starts with the first %%qonductor cell or when the sidebar opens';
+      return;
+    }
     let text = `Qonductor: ${runningJobs} running`;
     if (queuedJobs > 0) {
       text += ` · ${queuedJobs} queued`;

@@ -2,8 +2,9 @@
 
 The REST handlers only translate HTTP; this manager does the work. The ZeroMQ client blocks, so
 every request runs on one worker thread (the client serialises requests anyway) and Jupyter
-server's event loop never waits on a socket. The first request starts the orchestrator when none is
-running, exactly as the first ``%%qonductor`` cell would.
+server's event loop never waits on a socket. A request for the fleet or the workflows starts the
+orchestrator when none is running, exactly as the first ``%%qonductor`` cell would; the events long
+poll never does, so merely opening JupyterLab (whose status bar polls) starts nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from kernel_server import protocol as P
 
-from ..client import Client, OrchestratorUnavailable, Subscription
+from ..client import Client, OrchestratorUnavailable, Subscription, pid_alive, read_connection
 
 FINAL_STATES = frozenset({"done", "failed", "cancelled"})
 
@@ -66,17 +67,26 @@ class QonductorManager:
         except Exception as exc:
             raise _http_error(exc) from exc
 
-    def _ensure_subscribed(self) -> None:
-        """Follow the orchestrator's events; re-subscribe when it was restarted elsewhere."""
-        info = self.client.info
-        if self._subscription is not None and self._subscribed_to == info.pub:
-            return
-        if self._subscription is not None:
-            self._subscription.close()
-        self._subscription = self.client.subscribe(self._on_event)
-        self._subscribed_to = info.pub
+    def _follow_orchestrator(self) -> bool:
+        """Subscribe to the running orchestrator's events, if one runs; never start one.
 
-    def _on_event(self, event: P.Event) -> None:  # on the subscription's thread
+        An orchestrator appearing, restarting (new endpoints) or going away counts as an event.
+        """
+        info = read_connection()
+        alive = info is not None and pid_alive(info.pid)
+        if alive and self._subscribed_to != info.pub:  # type: ignore[union-attr]
+            if self._subscription is not None:
+                self._subscription.close()
+            self._subscription = Subscription(info, self._on_event)  # type: ignore[arg-type]
+            self._subscribed_to = info.pub  # type: ignore[union-attr]
+            self._on_event(None)
+        elif not alive and self._subscription is not None:
+            self._subscription.close()
+            self._subscription, self._subscribed_to = None, None
+            self._on_event(None)
+        return alive
+
+    def _on_event(self, event: P.Event | None) -> None:  # on the subscription's thread
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._bump)
 
@@ -134,22 +144,23 @@ class QonductorManager:
         return {"workflow_id": workflow_id, **reply.data}  # type: ignore[attr-defined]
 
     async def wait_for_event(self, after: int, timeout: float) -> dict[str, Any]:
-        """Return as soon as an event newer than ``after`` arrived, or after ``timeout`` s."""
-        self._loop = asyncio.get_running_loop()
+        """Return as soon as something newer than event number ``after`` happened, else at
+        ``timeout`` s, with whether an orchestrator is running."""
+        self._loop = loop = asyncio.get_running_loop()
         if self._changed is None:
             self._changed = asyncio.Event()
-        try:
-            await self._loop.run_in_executor(self._pool, self._ensure_subscribed)
-        except Exception as exc:
-            raise _http_error(exc) from exc
-        deadline = self._loop.time() + max(0.0, min(timeout, 60.0))
-        while self.seq <= after and (left := deadline - self._loop.time()) > 0:
+        deadline = loop.time() + max(0.0, min(timeout, 60.0))
+        while True:
             self._changed.clear()
+            running = await loop.run_in_executor(None, self._follow_orchestrator)
+            left = deadline - loop.time()
+            if self.seq > after or left <= 0:
+                return {"seq": self.seq, "orchestrator": running}
+            # Look again for an orchestrator that starts (or dies) meanwhile.
             try:
-                await asyncio.wait_for(self._changed.wait(), left)
+                await asyncio.wait_for(self._changed.wait(), min(left, 0.5 if not running else 5))
             except asyncio.TimeoutError:
-                break
-        return {"seq": self.seq}
+                pass
 
     def close(self) -> None:
         if self._subscription is not None:

@@ -81,6 +81,7 @@ async def test_cancel_a_running_workflow(orchestrator, jp_fetch):
 
 async def test_events_long_poll_wakes_on_a_new_workflow(orchestrator, jp_fetch):
     first = await get(jp_fetch, "events", after=-1, timeout=5)
+    assert first["orchestrator"] is True
     loop = asyncio.get_running_loop()
     poll = asyncio.ensure_future(get(jp_fetch, "events", after=first["seq"], timeout=30))
     await asyncio.sleep(0.3)
@@ -121,3 +122,15 @@ def test_no_orchestrator_is_a_503_not_a_hang(tmp_path, monkeypatch):
     finally:
         manager.close()
     assert info.value.status == 503 and "qonductor server start" in info.value.message
+
+
+def test_the_events_poll_never_starts_an_orchestrator(tmp_path, monkeypatch):
+    monkeypatch.setenv("QONDUCTOR_HOME", str(tmp_path))
+    manager = QonductorManager(Client(autostart=False))
+    try:
+        first = asyncio.run(manager.wait_for_event(-1, 0))
+        later = asyncio.run(manager.wait_for_event(first["seq"], 1))
+    finally:
+        manager.close()
+    assert first["orchestrator"] is False and later == first
+    assert not any(tmp_path.iterdir())  # no connection file, no state: nothing was started
