@@ -7,10 +7,11 @@ import asyncio
 import logging
 import os
 import sys
+from typing import Any
 
 from . import protocol
 from .app import Orchestrator
-from .workers.fleets import resolve_fleet
+from .fleet_config import FleetConfigError, load_fleet_spec
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,9 +21,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fleet",
         default=os.environ.get("QONDUCTOR_FLEET", "default"),
-        help="'default', 'small' or a comma-separated list of fake backends",
+        help="'default', 'small', a comma-separated list of fake backends, or a fleet.yaml",
     )
     parser.add_argument("--placement", default=None, help="placement policy for quantum jobs")
+    parser.add_argument(
+        "--cluster",
+        default=os.environ.get("QONDUCTOR_CLUSTER") or None,
+        help="a Dask scheduler (tcp://HOST:8786) for classical steps and simulated-QPU runs; "
+        "default: local process pools",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -32,10 +39,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("kernel_server").setLevel(args.log_level.upper())
     try:
-        fleet = resolve_fleet(args.fleet)
-    except ValueError as exc:
+        fleet = load_fleet_spec(args.fleet)
+    except (FleetConfigError, ValueError) as exc:
         parser.error(str(exc))
-    kwargs = {"placement": args.placement} if args.placement else {}
+    kwargs: dict[str, Any] = {"placement": args.placement} if args.placement else {}
+    # The command line wins over the fleet file's cluster entry.
+    cluster = args.cluster or fleet.cluster
+    if cluster:
+        kwargs["cluster"] = cluster
     orchestrator = Orchestrator(protocol.qonductor_home(), fleet, **kwargs)
     asyncio.run(orchestrator.serve())
     return 0

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +22,17 @@ import zmq
 import zmq.asyncio
 
 from . import protocol as P
-from .config import ConfigError, validate_config
-from .fleet import SimulatedQPU, qpu_runner
+from .compute import make_compute
+from .config import ConfigError, classical_request, validate_config
+from .fleet import SimulatedQPU, background_arrivals, qpu_runner
+from .fleet_config import FleetSpec
 from .jobs import JobRecord, WorkflowRun, new_id
 from .manager import Executors, JobManager, UserError
 from .registry import Registry, UnknownImage
+from .scheduler.classical import NoFeasibleNode
 from .scheduler.placement import DEFAULT_PLACEMENT
 from .store import Store
 from .workers import classical, qpu
-from .workers.lifeline import start_lifeline
 
 log = logging.getLogger("kernel_server")
 
@@ -43,21 +43,26 @@ class Orchestrator:
     def __init__(
         self,
         home: Path,
-        fleet: list[str],
+        fleet: list[str] | FleetSpec,
         classical_slots: int = 2,
         quantum_step_slots: int = 4,
         qpu_workers: int = 2,
         placement: str = DEFAULT_PLACEMENT,
+        cluster: str | None = None,
     ):
         self.home = Path(home)
         self.home.mkdir(parents=True, exist_ok=True)
         os.chmod(self.home, 0o700)
-        self.fleet_names = list(fleet)
+        self.fleet_spec = fleet if isinstance(fleet, FleetSpec) else FleetSpec(tuple(fleet))
+        # The simulated QPUs: estimator templates and plans are made over these.
+        self.fleet_names = list(self.fleet_spec.simulated)
         self.store = Store(self.home / "state.db")
         self.registry = Registry(self.home / "images")
         self.placement = placement
         self.step_workers = classical_slots + quantum_step_slots
         self.qpu_worker_count = qpu_workers
+        # Local process pools, or a Dask cluster when ``cluster`` names its scheduler.
+        self.compute = make_compute(cluster, self.step_workers, qpu_workers)
         self.manager = JobManager(
             self.store,
             Executors(
@@ -106,17 +111,7 @@ class Orchestrator:
         self.router_endpoint = f"tcp://{host}:{router_port}"
         key = P.new_key()
         self.signer = P.Signer(key.encode())
-        spawn = multiprocessing.get_context("spawn")  # never fork a process holding zmq sockets
-        n_step = self.step_workers
-        self.step_pool = ProcessPoolExecutor(
-            n_step,
-            mp_context=spawn,
-            initializer=classical.init_worker,
-            initargs=(self.router_endpoint, key),
-        )
-        self.qpu_pool = ProcessPoolExecutor(
-            self.qpu_worker_count, mp_context=spawn, initializer=start_lifeline
-        )
+        await self.compute.start(self.router_endpoint, key)
         self.conn = P.ConnectionInfo(
             router=self.router_endpoint,
             pub=f"tcp://{host}:{pub_port}",
@@ -144,12 +139,7 @@ class Orchestrator:
                 path.unlink()
         except (OSError, ValueError):
             pass
-        for pool in (self.step_pool, self.qpu_pool):
-            # A step may be stuck in user code; do not wait for it, end the workers.
-            workers = list((getattr(pool, "_processes", None) or {}).values())
-            pool.shutdown(wait=False, cancel_futures=True)
-            for proc in workers:
-                proc.terminate()
+        await self.compute.close()
         self.router.close()
         self.pub.close()
         self.ctx.term()
@@ -168,20 +158,21 @@ class Orchestrator:
             log.error("task failed", exc_info=task.exception())
 
     async def _load_fleet(self) -> None:
-        infos = await self.loop.run_in_executor(
-            self.qpu_pool, qpu.device_catalogue, self.fleet_names
-        )
+        infos = await self.compute.plan(qpu.device_catalogue, self.fleet_names)
         for info in infos:
             self.store.upsert_device(info)
             self.qpus[info["name"]] = SimulatedQPU(info["name"], info)
         for q in self.qpus.values():
             self._spawn(qpu_runner(q, self._execute, self.manager.qpu_job_started))
+        load = self.fleet_spec.background
+        if load is not None:
+            for q in self.qpus.values():
+                self._spawn(
+                    background_arrivals(q, load.jobs_per_hour, load.mean_runtime_s, load.seed)
+                )
         self.fleet_ready.set()
         # Warm every worker so that the first job does not pay for imports and device loading.
-        for _ in range(self.qpu_worker_count):
-            self.loop.run_in_executor(self.qpu_pool, qpu.warm_up, list(self.qpus))
-        for _ in range(self.step_workers):
-            self.loop.run_in_executor(self.step_pool, classical.warm_up)
+        self.compute.warm_up(list(self.qpus))
         self.manager.recover()
 
     # ------------------------------------------------------------------ messaging
@@ -233,16 +224,23 @@ class Orchestrator:
         self._spawn(self.pub.send_multipart([ev.topic, *frames]))
 
     async def _run_step(self, spec: classical.StepSpec) -> classical.StepOutcome:
-        return await self.loop.run_in_executor(self.step_pool, classical.run_step, spec)
+        options = self.manager.options.get(spec.workflow_id, {})
+        request = classical_request(options.get("classical"))
+        try:
+            node, reserved = await self.compute.place(request)
+        except NoFeasibleNode as exc:
+            return classical.StepOutcome(False, error=str(exc), error_type="NoFeasibleNode")
+        try:
+            return await self.compute.run_step(spec, node)
+        finally:
+            self.compute.release(node, request, reserved)
 
     async def _estimate(self, circuits: bytes, device: str) -> qpu.DeviceEstimate:
-        return await self.loop.run_in_executor(
-            self.qpu_pool, qpu.estimate_on_device, circuits, device, 0
-        )
+        return await self.compute.plan(qpu.estimate_on_device, circuits, device, 0)
 
     async def _plan(self, circuits: bytes, shots: int) -> list[dict[str, Any]]:
-        return await self.loop.run_in_executor(
-            self.qpu_pool, qpu.plan_step, circuits, self.fleet_names, shots
+        return await self.compute.plan(
+            qpu.plan_step, circuits, self.fleet_names, shots, qpu.PLAN_LIMIT, self.fleet_spec.prices
         )
 
     async def _execute(
@@ -255,12 +253,10 @@ class Orchestrator:
         circuits: bytes | None = None,
     ) -> qpu.Execution:
         if mitigation and mitigation != "none" and circuits is not None:
-            return await self.loop.run_in_executor(
-                self.qpu_pool, qpu.execute_mitigated, device, circuits, mitigation, shots, seed
+            return await self.compute.simulate(
+                qpu.execute_mitigated, device, circuits, mitigation, shots, seed
             )
-        return await self.loop.run_in_executor(
-            self.qpu_pool, qpu.execute_on_device, device, transpiled, shots, seed
-        )
+        return await self.compute.simulate(qpu.execute_on_device, device, transpiled, shots, seed)
 
     # ------------------------------------------------------------------ simple requests
     async def h_ping(self, msg: P.Ping, identity: bytes, rid: str) -> P.Message:
@@ -292,6 +288,7 @@ class Orchestrator:
             data={
                 "devices": [q.status() for q in self.qpus.values()],
                 "dropped_messages": self.dropped_messages,
+                "compute": self.compute.describe(),
             }
         )
 

@@ -27,8 +27,17 @@ _QPU_KEYS = {
     "families": list,
     "backends": list,
 }
+# What each classical step of the workflow needs from the node it runs on.
+_CLASSICAL_KEYS = {
+    "cores": int,
+    "memory_gb": (int, float),
+    "accelerator": str,
+    "accelerator_count": int,
+    "node_selector": dict,
+}
 _TOP_KEYS = {
     "qpu": dict,
+    "classical": dict,
     "shots": int,
     "priority": str,
     "seed": int,
@@ -82,6 +91,12 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
         mq = config["qpu"].get("min_qubits")
         if mq is not None and mq < 1:
             raise ConfigError("qpu.min_qubits must be at least 1")
+    if "classical" in config:
+        _check("classical.", config["classical"], _CLASSICAL_KEYS)
+        try:
+            classical_request(config["classical"])
+        except ValueError as exc:
+            raise ConfigError(f"classical: {exc}") from None
     if "shots" in config and not 1 <= config["shots"] <= 1_000_000:
         raise ConfigError(f"shots must be between 1 and 1000000, got {config['shots']}")
     if "placement" in config:
@@ -102,3 +117,10 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
             f"priority must be one of {', '.join(PRIORITIES)}, got {config['priority']!r}"
         )
     return config
+
+
+def classical_request(section: dict[str, Any] | None) -> Any:
+    """The ClassicalRequest of a workflow's ``classical:`` section (defaults: 1 core, 0.5 GB)."""
+    from .scheduler.classical_nodes import ClassicalRequest
+
+    return ClassicalRequest(**(section or {}))

@@ -24,6 +24,8 @@ class QueuedJob:
     done: asyncio.Future
     mitigation: str | None = None  # the chosen plan's stack; None runs the transpiled circuits
     circuits: bytes | None = None  # the step's own circuits, which a mitigation stack rebuilds
+    # Another user's job (background load): it only occupies the QPU for this many seconds.
+    background_s: float | None = None
 
 
 @dataclass
@@ -97,6 +99,13 @@ async def qpu_runner(qpu: SimulatedQPU, execute: Executor, on_start: OnStart) ->
         if item.job.state.final or item.done.done():
             continue  # cancelled while it waited
         qpu.running, qpu.running_since = item, time.time()
+        if item.background_s is not None:
+            await asyncio.sleep(item.background_s)
+            # Counted like any job: the wait estimate then reflects the shared QPU's real mix.
+            qpu.record_run(item.background_s)
+            qpu.running, qpu.running_since = None, None
+            item.done.set_result(None)
+            continue
         try:
             on_start(item.job)
             t0 = time.perf_counter()
@@ -104,6 +113,7 @@ async def qpu_runner(qpu: SimulatedQPU, execute: Executor, on_start: OnStart) ->
                 qpu.name, item.transpiled, item.shots, item.seed, item.mitigation, item.circuits
             )
             qpu.record_run(time.perf_counter() - t0)
+            item.job.worker = getattr(result, "worker", None) or item.job.worker
             if not item.done.done():
                 item.done.set_result(result)
         except asyncio.CancelledError:
@@ -113,3 +123,31 @@ async def qpu_runner(qpu: SimulatedQPU, execute: Executor, on_start: OnStart) ->
                 item.done.set_exception(exc)
         finally:
             qpu.running, qpu.running_since = None, None
+
+
+async def background_arrivals(
+    qpu: SimulatedQPU, jobs_per_hour: float, mean_runtime_s: float, seed: int = 0
+) -> None:
+    """Other users' jobs on a simulated QPU: Poisson arrivals, exponential run times, forever.
+
+    They queue in FIFO order with ours, so our jobs see the waits a shared QPU has.
+    """
+    import random
+
+    from .jobs import new_id
+
+    rng = random.Random(f"{seed}:{qpu.name}")
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(rng.expovariate(jobs_per_hour / 3600.0))
+        job = JobRecord(new_id("bg"), workflow_id="", kind="background", qpu=qpu.name)
+        qpu.queue.put_nowait(
+            QueuedJob(
+                job,
+                b"",
+                0,
+                None,
+                loop.create_future(),
+                background_s=rng.expovariate(1.0 / mean_runtime_s),
+            )
+        )

@@ -112,6 +112,8 @@ class JobRecord:
     # Resource plans of a quantum step's first QPU job (estimator.plans), best first, as dicts;
     # or [{"error": ...}] when they could not be made (the job runs anyway).
     plans: list[dict[str, Any]] | None = None
+    # Where the work ran: "local:<pid>" for the embedded pools, a Dask worker's address otherwise.
+    worker: str | None = None
     history: list[Transition] = field(default_factory=list)
 
     def transition(self, target: JobState, cause: str = "", now: float | None = None) -> Transition:
@@ -165,6 +167,7 @@ class JobRecord:
             "parent": self.parent,
             "method": self.method,
             "plans": self.plans,
+            "worker": self.worker,
         }
 
 

@@ -205,6 +205,7 @@ class JobManager:
         finally:
             self.slots[lane] += 1
             self._dispatch()
+        job.worker = outcome.worker or job.worker
         if run.state.final:
             return  # cancelled or failed while it ran: drop what it produced
         if outcome.ok:

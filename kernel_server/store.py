@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, workflow_id TEXT, step_id INTEGER, kind TEXT, state TEXT, qpu TEXT,
     est_fidelity REAL, est_duration_s REAL, shots INTEGER, num_circuits INTEGER, parent TEXT,
     created_at REAL, queued_at REAL, started_at REAL, finished_at REAL, error TEXT, method TEXT,
-    plans TEXT);
+    plans TEXT, worker TEXT);
 CREATE INDEX IF NOT EXISTS jobs_by_workflow ON jobs (workflow_id);
 CREATE TABLE IF NOT EXISTS step_outputs (
     workflow_id TEXT, step_id INTEGER, outputs BLOB, stdout TEXT,
@@ -61,6 +61,7 @@ _JOB_COLUMNS = (
     "error",
     "method",
     "plans",
+    "worker",
 )
 _JSON_JOB_COLUMNS = frozenset({"plans"})
 
@@ -93,8 +94,9 @@ class Store:
     def _migrate(self) -> None:
         """Add columns that databases made by earlier versions lack (nothing is dropped)."""
         have = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
-        if "plans" not in have:
-            self._db.execute("ALTER TABLE jobs ADD COLUMN plans TEXT")
+        for column in ("plans", "worker"):
+            if column not in have:
+                self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
 
     def close(self) -> None:
         with self._lock:

@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 
 
-def server_command(action: str, fleet: str | None = None) -> str:
+def server_command(action: str, fleet: str | None = None, cluster: str | None = None) -> str:
     from .client import server_status, start_server, stop_server
 
     if action == "start":
-        info = start_server(fleet)
+        info = start_server(fleet, cluster=cluster)
         status = server_status() or {}
         return (
             f"orchestrator running (pid {info.pid}) on {info.router}; "
@@ -95,7 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--notebook", default="01_quickstart.ipynb")
     s = sub.add_parser("server", help="start, stop or inspect the background orchestrator")
     s.add_argument("action", choices=("start", "stop", "status"))
-    s.add_argument("--fleet", default=None, help="'default', 'small' or fake backend names")
+    s.add_argument(
+        "--fleet", default=None, help="'default', 'small', fake backend names or a fleet.yaml"
+    )
+    s.add_argument(
+        "--cluster",
+        default=None,
+        help="Dask scheduler address (tcp://HOST:8786) for classical steps and simulated-QPU runs",
+    )
     t = sub.add_parser("train", help="train a model shipped with the package")
     t.add_argument("model", choices=("runtime", "fidelity"), help="which model")
     t.add_argument("rest", nargs=argparse.REMAINDER, help="options of the trainer (--data, --out)")
@@ -124,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return runtime.main(args.rest)
     if args.command == "server":
-        print(server_command(args.action, args.fleet))
+        print(server_command(args.action, args.fleet, args.cluster))
         return 0
     from . import api
 

@@ -110,7 +110,9 @@ def server_status(timeout: float = 2.0) -> dict[str, Any] | None:
     }
 
 
-def start_server(fleet: str | None = None, timeout: float = 90.0) -> P.ConnectionInfo:
+def start_server(
+    fleet: str | None = None, timeout: float = 90.0, cluster: str | None = None
+) -> P.ConnectionInfo:
     """Return a live orchestrator's connection info, starting a detached one if none answers."""
     with _start_lock():
         info = read_connection()
@@ -125,6 +127,8 @@ def start_server(fleet: str | None = None, timeout: float = 90.0) -> P.Connectio
         cmd = [sys.executable, "-m", "kernel_server"]
         if fleet:
             cmd += ["--fleet", fleet]
+        if cluster:
+            cmd += ["--cluster", cluster]
         log_path = home / "server.log"
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(

@@ -13,6 +13,8 @@ import contextlib
 import io
 import linecache
 import os
+import sys
+import threading
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,18 +25,37 @@ from kernel_server.cell_functions import CELL_MODULE, rebind_cell_functions
 
 CELL_FILENAME = "<qonductor cell>"
 
-_link: Any = None  # this process's connection back to the orchestrator (WorkerLink)
+# Each thread's connection back to the orchestrator (a WorkerLink): a ZeroMQ socket must not be
+# shared between threads, and a Dask worker may run steps on several.
+_links = threading.local()
 _link_config: tuple[str, str] | None = None
 
 
 def init_worker(router_endpoint: str, key: str) -> None:
     """Process-pool initializer: remember where the orchestrator is; connect lazily."""
-    global _link_config, _link
     from kernel_server.workers.lifeline import start_lifeline
 
     start_lifeline()
+    configure_link(router_endpoint, key)
+
+
+def configure_link(router_endpoint: str, key: str) -> None:
+    """Point this process's quantum calls at an orchestrator (also used on Dask workers, which
+    outlive any one orchestrator and so get no lifeline)."""
+    global _link_config
     _link_config = (router_endpoint, key)
-    _link = None
+    _links.__dict__.clear()
+
+
+def worker_address() -> str:
+    """Where this code runs: the Dask worker's address, or ``local:<pid>`` in a local pool."""
+    distributed = sys.modules.get("distributed")  # imported only where Dask runs us
+    if distributed is not None:
+        try:
+            return distributed.get_worker().address
+        except ValueError:  # not inside a Dask task
+            pass
+    return f"local:{os.getpid()}"
 
 
 @dataclass
@@ -58,6 +79,7 @@ class StepOutcome:
     error: str | None = None
     error_type: str | None = None
     pid: int = 0
+    worker: str = ""  # worker_address() of where the step ran
 
 
 class StepError(Exception):
@@ -83,28 +105,54 @@ class WorkerLink:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.connect(endpoint)
         self.pid = os.getpid()
+        self.config = (endpoint, key)
 
     def request(self, message: Any) -> Any:
         from kernel_server.protocol import ErrorReply, decode, encode, new_request_id
 
         rid = new_request_id()
         self.sock.send_multipart(encode(message, self.signer, rid))
-        while True:
-            env = decode(self.sock.recv_multipart(), self.signer)
-            if env.request_id != rid:
-                continue  # a late reply to an abandoned request
-            if isinstance(env.message, ErrorReply):
-                raise QuantumCallError(f"{env.message.type}: {env.message.message}")
-            return env.message
+        with _thread_slot_released():
+            while True:
+                env = decode(self.sock.recv_multipart(), self.signer)
+                if env.request_id != rid:
+                    continue  # a late reply to an abandoned request
+                if isinstance(env.message, ErrorReply):
+                    raise QuantumCallError(f"{env.message.type}: {env.message.message}")
+                return env.message
+
+
+@contextlib.contextmanager
+def _thread_slot_released() -> Any:
+    """On a Dask worker, give the thread slot back while a step waits for its QPU job.
+
+    Otherwise steps waiting on quantum calls could hold every worker thread while the QPU jobs
+    they wait for, which run on the same workers, never get one: a deadlock. Local pools keep
+    steps and QPU work apart, so there is nothing to do there.
+    """
+    distributed = sys.modules.get("distributed")
+    seceded = False
+    if distributed is not None:
+        try:
+            distributed.get_worker()
+            distributed.secede()
+            seceded = True
+        except ValueError:  # not inside a Dask task
+            pass
+    try:
+        yield
+    finally:
+        if seceded:
+            distributed.rejoin()
 
 
 def _get_link() -> WorkerLink:
-    global _link
-    if _link is None or _link.pid != os.getpid():
+    link = getattr(_links, "link", None)
+    if link is None or link.pid != os.getpid() or link.config != _link_config:
         if _link_config is None:
             raise RuntimeError("worker was not initialised with the orchestrator's address")
-        _link = WorkerLink(*_link_config)
-    return _link
+        link = _links.link = WorkerLink(*_link_config)
+    return link
 
 
 def _check_circuit(circuit: Any, need_measurements: bool) -> None:
@@ -195,6 +243,7 @@ def run_step(spec: StepSpec) -> StepOutcome:
             error=f"could not load input values: {exc!r}",
             error_type=type(exc).__name__,
             pid=os.getpid(),
+            worker=worker_address(),
         )
     # The splitter made sure the names these functions use are inputs of this step.
     rebind_cell_functions(ns, ns)
@@ -213,6 +262,7 @@ def run_step(spec: StepSpec) -> StepOutcome:
             error=_user_traceback(exc),
             error_type=type(exc).__name__,
             pid=os.getpid(),
+            worker=worker_address(),
         )
     outputs: dict[str, bytes] = {}
     problems = []
@@ -230,9 +280,16 @@ def run_step(spec: StepSpec) -> StepOutcome:
             + "\nKeep them local to one statement or `del` them at the end of the cell."
         )
         return StepOutcome(
-            False, stdout=out.getvalue(), error=msg, error_type="PicklingError", pid=os.getpid()
+            False,
+            stdout=out.getvalue(),
+            error=msg,
+            error_type="PicklingError",
+            pid=os.getpid(),
+            worker=worker_address(),
         )
-    return StepOutcome(True, outputs=outputs, stdout=out.getvalue(), pid=os.getpid())
+    return StepOutcome(
+        True, outputs=outputs, stdout=out.getvalue(), pid=os.getpid(), worker=worker_address()
+    )
 
 
 def warm_up() -> int:

@@ -86,6 +86,7 @@ class Execution:
 
     counts: bytes
     methods: list[str]
+    worker: str = ""  # where it ran: a Dask worker's address or local:<pid>
 
 
 def execute_on_device(
@@ -102,14 +103,20 @@ def execute_on_device(
         run = run_noisy_detailed(backend, circuit, shots, seed=None if seed is None else seed + i)
         results.append(dict(sorted(run.counts.items())))
         methods.append(run.method)
-    return Execution(cloudpickle.dumps(results), methods)
+    from kernel_server.workers.classical import worker_address
+
+    return Execution(cloudpickle.dumps(results), methods, worker_address())
 
 
 PLAN_LIMIT = 12  # plans kept per step (best-first): what --plan N can pick from
 
 
 def plan_step(
-    circuits_blob: bytes, fleet: list[str], shots: int, k: int = PLAN_LIMIT
+    circuits_blob: bytes,
+    fleet: list[str],
+    shots: int,
+    k: int = PLAN_LIMIT,
+    prices: dict[str, Any] | None = None,
 ) -> list[dict]:
     """Resource plans for a quantum step's first circuit over the fleet's templates, best-first,
     each with the template's member QPUs (``members``) so the job can run where the plan says.
@@ -126,7 +133,9 @@ def plan_step(
         # Mitigation the cell applied by hand pins that part of the plan: only unmitigated
         # plans (QPU template and accelerator still chosen by the estimator).
         pinned = {"stacks": ("none",)} if _mitigated_by_hand(circuits) else {}
-        plans = resource_plans(circuit, k, backends=templates.values(), shots=shots, **pinned)
+        plans = resource_plans(
+            circuit, k, backends=templates.values(), shots=shots, prices=prices, **pinned
+        )
     except Exception as exc:  # reported under the cell; the job itself goes on
         return [{"error": f"{type(exc).__name__}: {exc}"}]
     return [
@@ -166,7 +175,10 @@ def execute_mitigated(
             per_outcome=True,
         )  # fmt: skip
         results.append(counts_from_distribution(dict(run.value), shots))
-    return Execution(cloudpickle.dumps(results), [f"mitigated:{stack}"] * len(circuits))
+    from kernel_server.workers.classical import worker_address
+
+    methods = [f"mitigated:{stack}"] * len(circuits)
+    return Execution(cloudpickle.dumps(results), methods, worker_address())
 
 
 def warm_up(devices: list[str]) -> int:

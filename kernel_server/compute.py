@@ -1,0 +1,245 @@
+"""Where the orchestrator's CPU work runs: the embedded process pools, or a Dask cluster.
+
+Two kinds of work leave the orchestrator's event loop: classical and hybrid workflow steps, and the
+noisy simulation of QPU jobs on simulated devices. The embedded default runs both on local process
+pools. With a Dask scheduler address both go to its workers instead (LocalCluster on a laptop, SSH,
+Kubernetes, or SLURM/PBS through dask-jobqueue), while estimates and resource plans stay on the
+local QPU pool, whose caches (transpilers, noise models) they share.
+
+Either way the classical scheduler's filter-then-score picks the node a step runs on; the nodes
+come from the backend (this machine, or the Dask workers with their threads, memory and declared
+resources such as GPUs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from .scheduler.classical import ClassicalCluster, NoFeasibleNode, schedule_classical
+from .scheduler.classical_nodes import ClassicalNode, ClassicalRequest, NodeUsage, local_node
+from .workers import classical
+from .workers.lifeline import start_lifeline
+
+log = logging.getLogger("kernel_server.compute")
+
+
+class LocalCompute:
+    """Process pools on this machine: one for steps, one for QPU work."""
+
+    name = "local"
+
+    def __init__(self, step_workers: int, qpu_workers: int):
+        self.step_workers = step_workers
+        self.qpu_workers = qpu_workers
+        self.cluster = ClassicalCluster([])
+
+    async def start(self, router_endpoint: str, key: str) -> None:
+        self.loop = asyncio.get_running_loop()
+        spawn = multiprocessing.get_context("spawn")  # never fork a process holding zmq sockets
+        self.step_pool = ProcessPoolExecutor(
+            self.step_workers,
+            mp_context=spawn,
+            initializer=classical.init_worker,
+            initargs=(router_endpoint, key),
+        )
+        self.qpu_pool = ProcessPoolExecutor(
+            self.qpu_workers, mp_context=spawn, initializer=start_lifeline
+        )
+        self.cluster = ClassicalCluster(self.nodes())
+
+    def nodes(self) -> list[ClassicalNode]:
+        return [local_node()]
+
+    async def place(self, request: ClassicalRequest) -> tuple[ClassicalNode, bool]:
+        """A node for a step, and whether its share was reserved there.
+
+        NoFeasibleNode only when no node could ever run it (too many cores, no such
+        accelerator). When the nodes are merely busy the step still goes to the node that suits
+        it best on capacity alone, unreserved: the pool or Dask queues it, and the manager's
+        step slots already bound how much runs at once.
+        """
+        try:
+            return self.cluster.place(request).node, True
+        except NoFeasibleNode:
+            idle = {node.name: NodeUsage() for node in self.cluster.nodes}
+            placement = schedule_classical(request, self.cluster.nodes, idle, self.cluster.scoring)
+            return placement.node, False
+
+    def release(self, node: ClassicalNode, request: ClassicalRequest, reserved: bool) -> None:
+        if not reserved:
+            return
+        try:
+            self.cluster.release(node.name, request)
+        except ValueError:  # the node left meanwhile (a Dask worker went away)
+            pass
+
+    async def run_step(self, spec: classical.StepSpec, node: ClassicalNode) -> Any:
+        return await self.loop.run_in_executor(self.step_pool, classical.run_step, spec)
+
+    async def plan(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Estimates, plans, the device catalogue: always local (they share its caches)."""
+        return await self.loop.run_in_executor(self.qpu_pool, fn, *args)
+
+    async def simulate(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A QPU job's noisy execution on a simulated device."""
+        return await self.loop.run_in_executor(self.qpu_pool, fn, *args)
+
+    def warm_up(self, devices: list[str]) -> None:
+        from .workers import qpu
+
+        for _ in range(self.qpu_workers):
+            self.loop.run_in_executor(self.qpu_pool, qpu.warm_up, devices)
+        for _ in range(self.step_workers):
+            self.loop.run_in_executor(self.step_pool, classical.warm_up)
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name, "nodes": self.cluster.snapshot()}
+
+    async def close(self) -> None:
+        for pool in (self.step_pool, self.qpu_pool):
+            # A step may be stuck in user code; do not wait for it, end the workers.
+            workers = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in workers:
+                proc.terminate()
+
+
+def _orchestrator_link_plugin(router_endpoint: str, key: str) -> Any:
+    """A Dask worker plugin that points every worker's ``sample()`` calls at this orchestrator
+    (also workers that join or restart later)."""
+    from distributed import WorkerPlugin
+
+    class OrchestratorLink(WorkerPlugin):
+        name = "qonductor-orchestrator-link"
+
+        def setup(self, worker: Any) -> None:
+            classical.configure_link(router_endpoint, key)
+
+    return OrchestratorLink()
+
+
+def dask_nodes(workers: dict[str, dict[str, Any]]) -> list[ClassicalNode]:
+    """Classical nodes from a Dask scheduler's worker table (``scheduler_info()["workers"]``)."""
+    nodes = []
+    for address, w in sorted(workers.items()):
+        resources = {k.lower(): int(v) for k, v in (w.get("resources") or {}).items()}
+        nodes.append(
+            ClassicalNode(
+                name=w.get("name") and str(w["name"]) or address,
+                cores=max(1, int(w.get("nthreads") or 1)),
+                memory_gb=max(0.1, (w.get("memory_limit") or 2**30) / 2**30),
+                accelerators=resources,
+                labels={"kind": "dask", "host": str(w.get("host", ""))},
+                address=address,
+            )
+        )
+    return nodes
+
+
+class DaskCompute(LocalCompute):
+    """Steps and simulated-QPU executions on a Dask cluster; planning stays local.
+
+    A task whose worker is lost is run again on another worker by the Dask scheduler (up to its
+    ``allowed-failures``), and ``retries`` covers a worker that fails the task outright.
+    """
+
+    name = "dask"
+    RETRIES = 2
+
+    def __init__(self, address: str, step_workers: int, qpu_workers: int):
+        super().__init__(step_workers, qpu_workers)
+        self.address = address
+        self._known_workers: tuple[str, ...] = ()
+
+    async def start(self, router_endpoint: str, key: str) -> None:
+        from distributed import Client
+
+        self.loop = asyncio.get_running_loop()
+        spawn = multiprocessing.get_context("spawn")
+        # Estimates and plans only: one local pool, no step pool.
+        self.qpu_pool = ProcessPoolExecutor(
+            self.qpu_workers, mp_context=spawn, initializer=start_lifeline
+        )
+        self.step_pool = None
+        try:
+            self.client = await Client(self.address, asynchronous=True, timeout="20s")
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise RuntimeError(
+                f"cannot reach the Dask scheduler at {self.address}: {exc}; start one with "
+                "`dask scheduler` (and workers with `dask worker ADDRESS --nthreads 1`), or drop "
+                "--cluster to use the local pools"
+            ) from exc
+        await self.client.register_plugin(_orchestrator_link_plugin(router_endpoint, key))
+        await self._sync_nodes()
+        log.info("classical and simulation work goes to the Dask cluster at %s", self.address)
+
+    async def _sync_nodes(self) -> None:
+        """Rebuild the node list when Dask workers came or went."""
+        identity = await self.client.scheduler.identity(n_workers=-1)
+        workers = identity.get("workers", {})
+        if tuple(sorted(workers)) == self._known_workers:
+            return
+        self._known_workers = tuple(sorted(workers))
+        old = self.cluster
+        self.cluster = ClassicalCluster(dask_nodes(workers), old.scoring)
+        log.info("Dask workers: %s", ", ".join(self._known_workers) or "none")
+
+    def nodes(self) -> list[ClassicalNode]:
+        return self.cluster.nodes
+
+    async def place(self, request: ClassicalRequest) -> tuple[ClassicalNode, bool]:
+        await self._sync_nodes()
+        if not self.cluster.nodes:
+            raise NoFeasibleNode(f"the Dask cluster at {self.address} has no workers", request, {})
+        return await super().place(request)
+
+    async def run_step(self, spec: classical.StepSpec, node: ClassicalNode) -> Any:
+        future = self.client.submit(
+            classical.run_step,
+            spec,
+            pure=False,
+            workers=[node.address] if node.address else None,
+            allow_other_workers=True,  # a lost worker's step may finish elsewhere
+            retries=self.RETRIES,
+            key=f"step-{spec.workflow_id}-{spec.step_id}-{uuid.uuid4().hex[:8]}",
+        )
+        return await future
+
+    async def simulate(self, fn: Callable[..., Any], *args: Any) -> Any:
+        future = self.client.submit(fn, *args, pure=False, retries=self.RETRIES)
+        return await future
+
+    def warm_up(self, devices: list[str]) -> None:
+        from .workers import qpu
+
+        for _ in range(self.qpu_workers):
+            self.loop.run_in_executor(self.qpu_pool, qpu.warm_up, devices)
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name, "address": self.address, "nodes": self.cluster.snapshot()}
+
+    async def close(self) -> None:
+        try:
+            await self.client.close()
+        except Exception:  # the scheduler may be gone already
+            pass
+        workers = list((getattr(self.qpu_pool, "_processes", None) or {}).values())
+        self.qpu_pool.shutdown(wait=False, cancel_futures=True)
+        for proc in workers:
+            proc.terminate()
+
+
+COMPUTE_BACKENDS: dict[str, type[LocalCompute]] = {"local": LocalCompute, "dask": DaskCompute}
+
+
+def make_compute(cluster: str | None, step_workers: int, qpu_workers: int) -> LocalCompute:
+    """The embedded pools, or Dask when ``cluster`` names a scheduler (tcp://HOST:8786)."""
+    if not cluster or cluster == "local":
+        return LocalCompute(step_workers, qpu_workers)
+    return DaskCompute(cluster, step_workers, qpu_workers)

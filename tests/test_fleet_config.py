@@ -1,0 +1,89 @@
+"""The fleet file: parsing, clear errors, background load on a simulated QPU."""
+
+import asyncio
+
+import pytest
+
+from kernel_server.fleet import SimulatedQPU, background_arrivals, qpu_runner
+from kernel_server.fleet_config import FleetConfigError, fleet_spec_from_dict, load_fleet_spec
+
+FLEET_YAML = """\
+simulated: [fake_kolkata, fake_prague]
+ibm:
+  backends: [fake_manila]
+  execution_mode: batch
+  local_testing: true
+  queue_refresh_s: 5
+background:
+  jobs_per_hour: 30
+  mean_runtime_s: 12
+prices:
+  qpu_dollars_per_hour: 6000
+cluster: tcp://127.0.0.1:8786
+"""
+
+
+def test_a_fleet_file_with_every_section(tmp_path):
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FLEET_YAML)
+    spec = load_fleet_spec(str(path))
+    assert spec.simulated == ("fake_kolkata", "fake_prague")
+    assert spec.ibm is not None and spec.ibm.backends == ("fake_manila",)
+    assert spec.ibm.execution_mode == "batch" and spec.ibm.local_testing
+    assert spec.ibm.queue_refresh_s == 5 and spec.ibm.calibration_refresh_s == 3600
+    assert spec.background is not None and spec.background.jobs_per_hour == 30
+    assert spec.prices == {"qpu_dollars_per_hour": 6000}
+    assert spec.cluster == "tcp://127.0.0.1:8786"
+    assert spec.names == ["fake_kolkata", "fake_prague", "fake_manila"]
+
+
+def test_short_forms_still_work():
+    assert load_fleet_spec("small").simulated == ("fake_kolkata", "fake_auckland", "fake_prague")
+    assert load_fleet_spec("fake_kolkata, fake_hanoi").names == ["fake_kolkata", "fake_hanoi"]
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"simulated": "small", "qpus": []}, "unknown key qpus in fleet; known: background, "),
+        ({"ibm": {"backends": ["x"], "mode": "job"}}, "unknown key mode in fleet.ibm"),
+        ({"ibm": {"backends": ["x"], "execution_mode": "session"}}, "must be one of job, batch"),
+        ({"simulated": "small", "background": {"jobs_per_hour": -1}}, "positive number"),
+        ({"simulated": "small", "cluster": "localhost"}, "Dask scheduler address"),
+        ({"simulated": "small", "prices": {"qpu": 1}}, "unknown price table keys"),
+        ({"simulated": []}, "has no QPUs"),
+        ({"simulated": ["fake_manila"], "ibm": {"backends": ["fake_manila"]}}, "twice"),
+    ],
+)
+def test_bad_fleet_files_say_what_is_wrong(data, message):
+    with pytest.raises(FleetConfigError, match=message):
+        fleet_spec_from_dict(data)
+
+
+def test_a_missing_or_broken_file(tmp_path):
+    with pytest.raises(FleetConfigError, match="does not exist"):
+        load_fleet_spec(str(tmp_path / "nope.yaml"))
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("simulated: [a, b\n")
+    with pytest.raises(FleetConfigError, match="not valid YAML"):
+        load_fleet_spec(str(broken))
+
+
+def test_background_jobs_occupy_a_simulated_qpu_in_fifo_order():
+    async def scenario():
+        qpu = SimulatedQPU("fake_kolkata", {"num_qubits": 27, "family": "Falcon"})
+        ran = []
+
+        async def execute(*args):
+            ran.append(args[0])
+
+        runner = asyncio.ensure_future(qpu_runner(qpu, execute, lambda job: None))
+        arrivals = asyncio.ensure_future(background_arrivals(qpu, 36000.0, 0.02, seed=3))
+        await asyncio.sleep(1.0)
+        arrivals.cancel()
+        runner.cancel()
+        return qpu
+
+    qpu = asyncio.run(scenario())
+    # About 10 arrivals per second of about 20 ms each: the QPU was busy, nothing of ours ran.
+    assert qpu.jobs_done >= 3 and 0.02 < qpu.busy_s < 1.0
