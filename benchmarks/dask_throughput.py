@@ -85,8 +85,7 @@ def main() -> int:
     print(f"{'executor':<34}{'done':>6}{'wall s':>9}{'jobs/s':>9}{'workers seen':>14}")
     for name, r in (("local process pool (2 workers)", local), ("Dask LocalCluster (2x1)", dask)):
         print(
-            f"{name:<34}{r['done']:>6}{r['wall_s']:>9.1f}{r['jobs_per_s']:>9.2f}"
-            f"{r['workers']:>14}"
+            f"{name:<34}{r['done']:>6}{r['wall_s']:>9.1f}{r['jobs_per_s']:>9.2f}{r['workers']:>14}"
         )
     print(f"Dask / local throughput: {dask['jobs_per_s'] / local['jobs_per_s']:.2f}x")
     return 0 if local["done"] == dask["done"] == args.jobs else 1

@@ -4,14 +4,12 @@ import os
 import signal
 import time
 
+import distributed
 import pytest
+from helpers import wait_for
 
-distributed = pytest.importorskip("distributed")
-
-from qonductor_jupyter import api  # noqa: E402
-from qonductor_jupyter import client as client_module  # noqa: E402
-
-from helpers import wait_for  # noqa: E402
+from qonductor_jupyter import api
+from qonductor_jupyter import client as client_module
 
 BELL = (
     "from qiskit import QuantumCircuit\nq = QuantumCircuit(2)\nq.h(0)\nq.cx(0, 1)\n"
