@@ -15,6 +15,7 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from .compute import make_compute
 from .config import ConfigError, classical_request, validate_config
 from .fleet import SimulatedQPU, background_arrivals, qpu_runner
 from .fleet_config import FleetSpec
+from .ibm_link import IBMLink
 from .jobs import JobRecord, WorkflowRun, new_id
 from .manager import Executors, JobManager, UserError
 from .registry import Registry, UnknownImage
@@ -63,6 +65,10 @@ class Orchestrator:
         self.qpu_worker_count = qpu_workers
         # Local process pools, or a Dask cluster when ``cluster`` names its scheduler.
         self.compute = make_compute(cluster, self.step_workers, qpu_workers)
+        # IBM Quantum QPUs (real, or fake backends in local testing mode) beside the simulated.
+        self.ibm = IBMLink(self.fleet_spec.ibm) if self.fleet_spec.ibm else None
+        self._ibm_threads = ThreadPoolExecutor(4, thread_name_prefix="qonductor-ibm")
+        self._runners: dict[str, asyncio.Task] = {}
         self.manager = JobManager(
             self.store,
             Executors(
@@ -140,6 +146,7 @@ class Orchestrator:
         except (OSError, ValueError):
             pass
         await self.compute.close()
+        self._ibm_threads.shutdown(wait=False, cancel_futures=True)
         self.router.close()
         self.pub.close()
         self.ctx.term()
@@ -159,17 +166,24 @@ class Orchestrator:
 
     async def _load_fleet(self) -> None:
         infos = await self.compute.plan(qpu.device_catalogue, self.fleet_names)
+        if self.ibm is not None:
+            infos += await self.loop.run_in_executor(self._ibm_threads, self.ibm.load)
         for info in infos:
             self.store.upsert_device(info)
             self.qpus[info["name"]] = SimulatedQPU(info["name"], info)
         for q in self.qpus.values():
-            self._spawn(qpu_runner(q, self._execute, self.manager.qpu_job_started))
+            self._runners[q.name] = self._spawn(
+                qpu_runner(q, self._execute, self.manager.qpu_job_started)
+            )
         load = self.fleet_spec.background
-        if load is not None:
+        if load is not None:  # other users share the simulated QPUs; IBM's queues are real
             for q in self.qpus.values():
-                self._spawn(
-                    background_arrivals(q, load.jobs_per_hour, load.mean_runtime_s, load.seed)
-                )
+                if q.info.get("kind") != "ibm":
+                    self._spawn(
+                        background_arrivals(q, load.jobs_per_hour, load.mean_runtime_s, load.seed)
+                    )
+        if self.ibm is not None and self.ibm.devices:
+            self._spawn(self._watch_ibm())
         self.fleet_ready.set()
         # Warm every worker so that the first job does not pay for imports and device loading.
         self.compute.warm_up(list(self.qpus))
@@ -227,13 +241,13 @@ class Orchestrator:
         options = self.manager.options.get(spec.workflow_id, {})
         request = classical_request(options.get("classical"))
         try:
-            node, reserved = await self.compute.place(request)
+            node, reserved = await self.compute.place(request, spec.kind)
         except NoFeasibleNode as exc:
             return classical.StepOutcome(False, error=str(exc), error_type="NoFeasibleNode")
         try:
             return await self.compute.run_step(spec, node)
         finally:
-            self.compute.release(node, request, reserved)
+            self.compute.release(node, request, reserved, spec.kind)
 
     async def _estimate(self, circuits: bytes, device: str) -> qpu.DeviceEstimate:
         return await self.compute.plan(qpu.estimate_on_device, circuits, device, 0)
@@ -252,11 +266,64 @@ class Orchestrator:
         mitigation: str | None = None,
         circuits: bytes | None = None,
     ) -> qpu.Execution:
+        if self.ibm is not None and device in self.ibm.devices:
+            # Through the Sampler as laid out for the device; a plan's mitigation stack is
+            # applied on simulated QPUs only (on IBM the job runs unmitigated, and says so).
+            return await self.loop.run_in_executor(
+                self._ibm_threads, self.ibm.execute, device, transpiled, shots
+            )
         if mitigation and mitigation != "none" and circuits is not None:
             return await self.compute.simulate(
                 qpu.execute_mitigated, device, circuits, mitigation, shots, seed
             )
         return await self.compute.simulate(qpu.execute_on_device, device, transpiled, shots, seed)
+
+    async def _watch_ibm(self) -> None:
+        """Read the IBM devices' queues, status and calibrations, and apply what changed."""
+        assert self.ibm is not None
+        while True:
+            try:
+                changes = await self.loop.run_in_executor(self._ibm_threads, self.ibm.poll)
+            except Exception:  # a network hiccup must not stop the watch
+                log.exception("IBM device poll failed")
+                changes = []
+            for change in changes:
+                self._apply_ibm_change(change)
+            await asyncio.sleep(self.ibm.spec.queue_refresh_s)
+
+    def _apply_ibm_change(self, change: Any) -> None:
+        q = self.qpus.get(change.name)
+        if q is None:
+            return
+        if change.kind == "queue":
+            q.external_pending = int(change.detail.get("pending_jobs", 0))
+        elif change.kind in ("offline", "online"):
+            q.online = change.kind == "online"
+            log.info("IBM QPU %s is %s (%s)", q.name, change.kind, change.detail.get("message"))
+        elif change.kind == "calibration":
+            info = self.ibm.info(q.name) if self.ibm else None
+            if info is not None:
+                q.info.update(info)
+                self.store.upsert_device(q.info)
+            log.info("IBM QPU %s has a new calibration %s", q.name, q.info.get("calibration_id"))
+        elif change.kind == "retired":
+            self._retire_qpu(q)
+
+    def _retire_qpu(self, q: SimulatedQPU) -> None:
+        """A backend that left IBM's service leaves the fleet; its waiting jobs fail with why."""
+        q.online = False
+        del self.qpus[q.name]
+        runner = self._runners.pop(q.name, None)
+        if runner is not None:
+            runner.cancel()
+        reason = f"QPU {q.name} was retired by IBM Quantum while the job waited; run it again"
+        if q.running is not None and not q.running.done.done():
+            q.running.done.set_exception(RuntimeError(reason))
+        while not q.queue.empty():
+            item = q.queue.get_nowait()
+            if not item.done.done():
+                item.done.set_exception(RuntimeError(reason))
+        log.warning("IBM QPU %s retired: it left the fleet", q.name)
 
     # ------------------------------------------------------------------ simple requests
     async def h_ping(self, msg: P.Ping, identity: bytes, rid: str) -> P.Message:

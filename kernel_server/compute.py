@@ -51,31 +51,37 @@ class LocalCompute:
         self.qpu_pool = ProcessPoolExecutor(
             self.qpu_workers, mp_context=spawn, initializer=start_lifeline
         )
-        self.cluster = ClassicalCluster(self.nodes())
+        self.cluster = ClassicalCluster([local_node()])
 
     def nodes(self) -> list[ClassicalNode]:
         return [local_node()]
 
-    async def place(self, request: ClassicalRequest) -> tuple[ClassicalNode, bool]:
-        """A node for a step, and whether its share was reserved there.
+    def cluster_for(self, kind: str) -> ClassicalCluster:
+        return self.cluster
+
+    async def place(self, request: ClassicalRequest, kind: str) -> tuple[ClassicalNode, bool]:
+        """A node for a step of this kind, and whether its share was reserved there.
 
         NoFeasibleNode only when no node could ever run it (too many cores, no such
         accelerator). When the nodes are merely busy the step still goes to the node that suits
         it best on capacity alone, unreserved: the pool or Dask queues it, and the manager's
         step slots already bound how much runs at once.
         """
+        cluster = self.cluster_for(kind)
         try:
-            return self.cluster.place(request).node, True
+            return cluster.place(request).node, True
         except NoFeasibleNode:
-            idle = {node.name: NodeUsage() for node in self.cluster.nodes}
-            placement = schedule_classical(request, self.cluster.nodes, idle, self.cluster.scoring)
+            idle = {node.name: NodeUsage() for node in cluster.nodes}
+            placement = schedule_classical(request, cluster.nodes, idle, cluster.scoring)
             return placement.node, False
 
-    def release(self, node: ClassicalNode, request: ClassicalRequest, reserved: bool) -> None:
+    def release(
+        self, node: ClassicalNode, request: ClassicalRequest, reserved: bool, kind: str
+    ) -> None:
         if not reserved:
             return
         try:
-            self.cluster.release(node.name, request)
+            self.cluster_for(kind).release(node.name, request)
         except ValueError:  # the node left meanwhile (a Dask worker went away)
             pass
 
@@ -143,10 +149,13 @@ def dask_nodes(workers: dict[str, dict[str, Any]]) -> list[ClassicalNode]:
 
 
 class DaskCompute(LocalCompute):
-    """Steps and simulated-QPU executions on a Dask cluster; planning stays local.
+    """Classical steps and simulated-QPU executions on a Dask cluster.
 
-    A task whose worker is lost is run again on another worker by the Dask scheduler (up to its
-    ``allowed-failures``), and ``retries`` covers a worker that fails the task outright.
+    Quantum and hybrid steps (the ones that call ``sample()``) stay on the local step pool: they
+    spend their time waiting for QPU jobs, and on Dask such a wait would hold a worker thread the
+    QPU job itself may need (a deadlock once every thread waits). Estimates and plans stay local
+    too, next to their caches. A task whose worker is lost is run again on another worker by the
+    Dask scheduler (up to its ``allowed-failures``); ``retries`` covers a task that fails outright.
     """
 
     name = "dask"
@@ -160,24 +169,24 @@ class DaskCompute(LocalCompute):
     async def start(self, router_endpoint: str, key: str) -> None:
         from distributed import Client
 
-        self.loop = asyncio.get_running_loop()
-        spawn = multiprocessing.get_context("spawn")
-        # Estimates and plans only: one local pool, no step pool.
-        self.qpu_pool = ProcessPoolExecutor(
-            self.qpu_workers, mp_context=spawn, initializer=start_lifeline
-        )
-        self.step_pool = None
+        await super().start(router_endpoint, key)
+        self.local = self.cluster
         try:
             self.client = await Client(self.address, asynchronous=True, timeout="20s")
         except (OSError, asyncio.TimeoutError) as exc:
+            await super().close()
             raise RuntimeError(
                 f"cannot reach the Dask scheduler at {self.address}: {exc}; start one with "
                 "`dask scheduler` (and workers with `dask worker ADDRESS --nthreads 1`), or drop "
                 "--cluster to use the local pools"
             ) from exc
         await self.client.register_plugin(_orchestrator_link_plugin(router_endpoint, key))
+        self.cluster = ClassicalCluster([])
         await self._sync_nodes()
         log.info("classical and simulation work goes to the Dask cluster at %s", self.address)
+
+    def cluster_for(self, kind: str) -> ClassicalCluster:
+        return self.cluster if kind == "classical" else self.local
 
     async def _sync_nodes(self) -> None:
         """Rebuild the node list when Dask workers came or went."""
@@ -191,15 +200,20 @@ class DaskCompute(LocalCompute):
         log.info("Dask workers: %s", ", ".join(self._known_workers) or "none")
 
     def nodes(self) -> list[ClassicalNode]:
-        return self.cluster.nodes
+        return self.cluster.nodes + self.local.nodes
 
-    async def place(self, request: ClassicalRequest) -> tuple[ClassicalNode, bool]:
-        await self._sync_nodes()
-        if not self.cluster.nodes:
-            raise NoFeasibleNode(f"the Dask cluster at {self.address} has no workers", request, {})
-        return await super().place(request)
+    async def place(self, request: ClassicalRequest, kind: str) -> tuple[ClassicalNode, bool]:
+        if kind == "classical":
+            await self._sync_nodes()
+            if not self.cluster.nodes:
+                raise NoFeasibleNode(
+                    f"the Dask cluster at {self.address} has no workers", request, {}
+                )
+        return await super().place(request, kind)
 
     async def run_step(self, spec: classical.StepSpec, node: ClassicalNode) -> Any:
+        if spec.kind != "classical":
+            return await super().run_step(spec, node)
         future = self.client.submit(
             classical.run_step,
             spec,
@@ -218,21 +232,29 @@ class DaskCompute(LocalCompute):
     def warm_up(self, devices: list[str]) -> None:
         from .workers import qpu
 
-        for _ in range(self.qpu_workers):
-            self.loop.run_in_executor(self.qpu_pool, qpu.warm_up, devices)
+        super().warm_up(devices)
+        # Every Dask worker loads the devices once now, not on its first job.
+        asyncio.ensure_future(self._warm_workers(qpu.warm_up, devices))
+
+    async def _warm_workers(self, fn: Callable[..., Any], devices: list[str]) -> None:
+        try:
+            await self.client.run(fn, devices)
+        except Exception:  # a worker that cannot warm up shows its error on its first job
+            log.warning("warming the Dask workers failed", exc_info=True)
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.name, "address": self.address, "nodes": self.cluster.snapshot()}
+        return {
+            "backend": self.name,
+            "address": self.address,
+            "nodes": self.cluster.snapshot() + self.local.snapshot(),
+        }
 
     async def close(self) -> None:
         try:
             await self.client.close()
         except Exception:  # the scheduler may be gone already
             pass
-        workers = list((getattr(self.qpu_pool, "_processes", None) or {}).values())
-        self.qpu_pool.shutdown(wait=False, cancel_futures=True)
-        for proc in workers:
-            proc.terminate()
+        await super().close()
 
 
 COMPUTE_BACKENDS: dict[str, type[LocalCompute]] = {"local": LocalCompute, "dask": DaskCompute}

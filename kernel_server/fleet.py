@@ -40,6 +40,9 @@ class SimulatedQPU:
     jobs_done: int = 0
     busy_s: float = 0.0
     online: bool = True
+    # Other users' jobs waiting on a real QPU (IBM's status().pending_jobs); we cannot see them
+    # in our queue, but a job placed there waits for them.
+    external_pending: int = 0
 
     @property
     def num_qubits(self) -> int:
@@ -50,10 +53,10 @@ class SimulatedQPU:
         return str(self.info["family"])
 
     def queue_length(self) -> int:
-        return self.queue.qsize() + (1 if self.running else 0)
+        return self.queue.qsize() + (1 if self.running else 0) + self.external_pending
 
     def expected_wait_s(self) -> float:
-        wait = self.queue.qsize() * self.ema_run_s
+        wait = (self.queue.qsize() + self.external_pending) * self.ema_run_s
         if self.running and self.running_since is not None:
             wait += max(0.0, self.ema_run_s - (time.time() - self.running_since))
         return wait

@@ -142,10 +142,24 @@ def start_server(
             )
         ready = _wait_ready(proc.pid, timeout, proc)
         if ready is None:
+            if proc.poll() is not None:
+                last = _last_line(log_path)
+                raise OrchestratorUnavailable(
+                    f"the orchestrator exited while starting ({last}); see {log_path}"
+                )
             raise OrchestratorUnavailable(
                 f"the orchestrator did not start within {timeout:.0f} s; see {log_path}"
             )
         return ready
+
+
+def _last_line(log_path: Path) -> str:
+    """The last non-empty line of the orchestrator's log: usually the error that ended it."""
+    try:
+        lines = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1].strip()[:300] if lines else "no output"
 
 
 def _wait_ready(

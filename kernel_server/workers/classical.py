@@ -25,6 +25,11 @@ from kernel_server.cell_functions import CELL_MODULE, rebind_cell_functions
 
 CELL_FILENAME = "<qonductor cell>"
 
+# One thread at a time runs our work in a process: a Dask worker with several threads would
+# otherwise run qiskit and Aer concurrently in one process, which we saw end in SIGSEGV (with
+# seceded step threads). A step lets go of it only while it waits for a QPU job.
+_EXCLUSIVE = threading.Lock()
+
 # Each thread's connection back to the orchestrator (a WorkerLink): a ZeroMQ socket must not be
 # shared between threads, and a Dask worker may run steps on several.
 _links = threading.local()
@@ -124,26 +129,12 @@ class WorkerLink:
 
 @contextlib.contextmanager
 def _thread_slot_released() -> Any:
-    """On a Dask worker, give the thread slot back while a step waits for its QPU job.
-
-    Otherwise steps waiting on quantum calls could hold every worker thread while the QPU jobs
-    they wait for, which run on the same workers, never get one: a deadlock. Local pools keep
-    steps and QPU work apart, so there is nothing to do there.
-    """
-    distributed = sys.modules.get("distributed")
-    seceded = False
-    if distributed is not None:
-        try:
-            distributed.get_worker()
-            distributed.secede()
-            seceded = True
-        except ValueError:  # not inside a Dask task
-            pass
+    """Let other work of this process run while the step waits for its QPU job."""
+    _EXCLUSIVE.release()
     try:
         yield
     finally:
-        if seceded:
-            distributed.rejoin()
+        _EXCLUSIVE.acquire()
 
 
 def _get_link() -> WorkerLink:
@@ -230,6 +221,11 @@ def _user_traceback(exc: BaseException) -> str:
 
 def run_step(spec: StepSpec) -> StepOutcome:
     """Execute one step; never raises (failures come back in the outcome)."""
+    with _EXCLUSIVE:
+        return _run_step(spec)
+
+
+def _run_step(spec: StepSpec) -> StepOutcome:
     lines = spec.cell_source.splitlines(keepends=True)
     linecache.cache[CELL_FILENAME] = (len(spec.cell_source), None, lines, CELL_FILENAME)
     out = io.StringIO()

@@ -93,6 +93,11 @@ def load_backend(name: str) -> BackendV2:
         if backend is not None:
             return backend
         cls = _fake_classes().get(key)
+        if cls is None and name.startswith("ibm_"):
+            backend = _ibm_backend(name)
+            if backend is not None:
+                _backends[key] = backend
+                return backend
         if cls is None:
             raise ValueError(
                 f"unknown backend {name!r}; valid names: {', '.join(available_backends())}"
@@ -102,6 +107,14 @@ def load_backend(name: str) -> BackendV2:
         _ = backend.target
         _backends[key] = backend
         return backend
+
+
+def _ibm_backend(name: str) -> BackendV2 | None:
+    """A real IBM backend, for a fleet with IBM QPUs (estimates transpile against its target)."""
+    from kernel_server.workers.ibm import ibm_account
+
+    account = ibm_account()
+    return None if account is None else account.service().backend(name)
 
 
 def family_of(backend: BackendV2) -> str:

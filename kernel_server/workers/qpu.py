@@ -93,6 +93,15 @@ def execute_on_device(
     device: str, transpiled_blob: bytes, shots: int, seed: int | None
 ) -> Execution:
     """Run the transpiled circuits with the device's noise."""
+    from kernel_server.workers.classical import _EXCLUSIVE
+
+    with _EXCLUSIVE:  # see classical._EXCLUSIVE: a Dask worker also runs steps in this process
+        return _execute_on_device(device, transpiled_blob, shots, seed)
+
+
+def _execute_on_device(
+    device: str, transpiled_blob: bytes, shots: int, seed: int | None
+) -> Execution:
     from kernel_server.workers.aer_sim import run_noisy_detailed
     from kernel_server.workers.devices import load_backend
 
@@ -163,6 +172,15 @@ def execute_mitigated(
 ) -> Execution:
     """Run each circuit with a mitigation stack on the device's noise; the mitigated outcome
     distribution comes back as counts (``counts_from_distribution``)."""
+    from kernel_server.workers.classical import _EXCLUSIVE
+
+    with _EXCLUSIVE:  # see classical._EXCLUSIVE
+        return _execute_mitigated(device, circuits_blob, stack, shots, seed)
+
+
+def _execute_mitigated(
+    device: str, circuits_blob: bytes, stack: str, shots: int, seed: int | None
+) -> Execution:
     from kernel_server.estimator.mitigation.stack import run_mitigated_detailed
     from kernel_server.workers.devices import load_backend
 
