@@ -75,7 +75,7 @@ def main() -> int:
     cell = CELL.format(n=args.qubits, shots=args.shots)
     local = run_side("local", args.jobs, cell, None)
     with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=":0"
     ) as cluster:
         dask = run_side("dask", args.jobs, cell, cluster.scheduler_address)
     print(

@@ -137,11 +137,15 @@ def dask_nodes(workers: dict[str, dict[str, Any]]) -> list[ClassicalNode]:
         resources = {k.lower(): int(v) for k, v in (w.get("resources") or {}).items()}
         nodes.append(
             ClassicalNode(
-                name=w.get("name") and str(w["name"]) or address,
+                name=address,
                 cores=max(1, int(w.get("nthreads") or 1)),
                 memory_gb=max(0.1, (w.get("memory_limit") or 2**30) / 2**30),
                 accelerators=resources,
-                labels={"kind": "dask", "host": str(w.get("host", ""))},
+                labels={
+                    "kind": "dask",
+                    "host": str(w.get("host", "")),
+                    "dask-name": str(w.get("name", "")),
+                },
                 address=address,
             )
         )

@@ -25,7 +25,7 @@ def dask_orchestrator(tmp_path_factory):
         threads_per_worker=1,
         processes=True,
         host="127.0.0.1",
-        dashboard_address=None,
+        dashboard_address=":0",
     )
     dask = distributed.Client(cluster)
     with pytest.MonkeyPatch.context() as mp:
@@ -102,3 +102,43 @@ def test_cancel_behaves_as_on_the_local_pools(dask_orchestrator):
     namespace = {}
     again, _ = api.submit_cell(BELL, namespace)
     assert api.collect(again, namespace, timeout=180)[1]["n"] == 100
+
+
+def test_the_classical_scheduler_sees_the_dask_workers(dask_orchestrator):
+    from kernel_server import protocol as P
+
+    compute = client_module.get_client().request(P.GetFleet()).data["compute"]
+    workers = set(dask_orchestrator.scheduler_info()["workers"])
+    dask_nodes = [n for n in compute["nodes"] if n["name"] in workers]
+    assert compute["backend"] == "dask" and len(dask_nodes) == 2
+    assert all(n["cores"] == 1 and n["memory_gb"] > 0 for n in dask_nodes)
+    # A step asking for a GPU: no Dask worker declares one, and the error says so.
+    workflow_id, _ = api.submit_cell(
+        "x = 1\ny = x + 1\n" + BELL, {}, config={"classical": {"accelerator": "gpu"}}
+    )
+    reply = api.wait(workflow_id, 60)
+    assert reply.state == "failed" and "gpu" in reply.error and "tcp://" in reply.error
+
+
+def test_dask_workers_become_classical_nodes_with_their_resources():
+    from kernel_server.compute import dask_nodes
+    from kernel_server.scheduler.classical import ClassicalCluster
+    from kernel_server.scheduler.classical_nodes import ClassicalRequest
+
+    nodes = dask_nodes(
+        {
+            "tcp://10.0.0.1:4000": {"nthreads": 8, "memory_limit": 32 * 2**30, "host": "10.0.0.1"},
+            "tcp://10.0.0.2:4000": {
+                "nthreads": 4,
+                "memory_limit": 16 * 2**30,
+                "resources": {"GPU": 2},
+                "host": "10.0.0.2",
+            },
+        }
+    )
+    assert [(n.cores, n.memory_gb, dict(n.accelerators)) for n in nodes] == [
+        (8, 32.0, {}),
+        (4, 16.0, {"gpu": 2}),
+    ]
+    placed = ClassicalCluster(nodes).place(ClassicalRequest(cores=2, accelerator="gpu")).node
+    assert placed.address == "tcp://10.0.0.2:4000"
