@@ -152,11 +152,23 @@ def _is_ibm_backend(backend: BackendV2) -> bool:
 
 
 def _pub_counts(pub_result: Any) -> dict[str, int]:
-    """Counts over all classical registers of one PUB, keys in Qiskit's order (the last
-    register leftmost, as Aer's keys, without the spaces between registers)."""
+    """Counts over all classical registers of one PUB in Aer's form, as the simulated QPUs give
+    them: the last register leftmost and one space between registers ("10 1")."""
     if len(pub_result.data) == 0:  # a circuit without classical bits measured nothing
         return {}
-    return dict(sorted(pub_result.join_data().get_counts().items()))
+    joined = pub_result.join_data().get_counts()
+    widths = [pub_result.data[name].num_bits for name in pub_result.data][::-1]
+    if len(widths) > 1:
+        joined = {_spaced(key, widths): n for key, n in joined.items()}
+    return dict(sorted(joined.items()))
+
+
+def _spaced(key: str, widths: list[int]) -> str:
+    parts, start = [], 0
+    for width in widths:
+        parts.append(key[start : start + width])
+        start += width
+    return " ".join(parts)
 
 
 class IBMDevice:
