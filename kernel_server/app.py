@@ -38,6 +38,9 @@ from .workers import classical, qpu
 
 log = logging.getLogger("kernel_server")
 
+# How long past a step's timeout the orchestrator waits for the worker's own report of it.
+STEP_TIMEOUT_GRACE_S = 10.0
+
 Handler = Callable[[Any, bytes, str], Awaitable[P.Message | None]]
 
 
@@ -85,6 +88,10 @@ class Orchestrator:
         )
         self.qpus: dict[str, SimulatedQPU] = self.manager.qpus
         self.dropped_messages = 0
+        # Why messages were dropped (bad_signature, replayed, stale, oversized, malformed).
+        self.dropped_by_reason: dict[str, int] = {}
+        self.replay_guard = P.ReplayGuard()
+        self.limits = self.fleet_spec.limits
         self.started_at = time.time()
         self._stop = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
@@ -124,6 +131,7 @@ class Orchestrator:
             key=key,
             pid=os.getpid(),
             started_at=self.started_at,
+            max_payload_bytes=self.limits.max_payload_bytes,
         )
         self.fleet_ready = asyncio.Event()
         self._spawn(self._load_fleet())
@@ -194,15 +202,16 @@ class Orchestrator:
         while True:
             frames = await self.router.recv_multipart()
             if len(frames) < 2:
-                self.dropped_messages += 1
+                self._drop("malformed")
                 continue
             self._spawn(self._handle(frames[0], frames[1:]))
 
     async def _handle(self, identity: bytes, frames: list[bytes]) -> None:
         try:
-            env = P.decode(frames, self.signer)
+            env = P.decode(frames, self.signer, self.limits.max_payload_bytes)
+            self.replay_guard.check(env)
         except P.ProtocolError as exc:
-            self.dropped_messages += 1
+            self._drop(exc.reason)
             log.warning("dropped a message: %s", exc)
             return
         handler = self.handlers.get(env.message.op)
@@ -218,6 +227,11 @@ class Orchestrator:
             reply = P.ErrorReply(type=type(exc).__name__, message=str(exc))
         if reply is not None:
             await self._reply(identity, env.request_id, reply)
+
+    def _drop(self, reason: str) -> None:
+        """Count a message we refused; it is never executed."""
+        self.dropped_messages += 1
+        self.dropped_by_reason[reason] = self.dropped_by_reason.get(reason, 0) + 1
 
     async def _reply(self, identity: bytes, request_id: str, message: P.Message) -> None:
         await self.router.send_multipart([identity, *P.encode(message, self.signer, request_id)])
@@ -240,12 +254,25 @@ class Orchestrator:
     async def _run_step(self, spec: classical.StepSpec) -> classical.StepOutcome:
         options = self.manager.options.get(spec.workflow_id, {})
         request = classical_request(options.get("classical"))
+        spec.timeout_s = min(
+            self.limits.step_timeout_s, float(options.get("step_timeout_s", float("inf")))
+        )
         try:
             node, reserved = await self.compute.place(request, spec.kind)
         except NoFeasibleNode as exc:
             return classical.StepOutcome(False, error=str(exc), error_type="NoFeasibleNode")
         try:
-            return await self.compute.run_step(spec, node)
+            # The worker stops the step itself; this is for workers that cannot (Dask threads).
+            return await asyncio.wait_for(
+                self.compute.run_step(spec, node), spec.timeout_s + STEP_TIMEOUT_GRACE_S
+            )
+        except asyncio.TimeoutError:
+            return classical.StepOutcome(
+                False,
+                error=f"the step ran longer than its timeout of {spec.timeout_s:g} s and was "
+                "stopped",
+                error_type="StepTimeout",
+            )
         finally:
             self.compute.release(node, request, reserved, spec.kind)
 
@@ -355,6 +382,7 @@ class Orchestrator:
             data={
                 "devices": [q.status() for q in self.qpus.values()],
                 "dropped_messages": self.dropped_messages,
+                "dropped_by_reason": dict(self.dropped_by_reason),
                 "compute": self.compute.describe(),
             }
         )
@@ -365,6 +393,11 @@ class Orchestrator:
         if image.deployed is None:
             raise UserError(f"image {image.id} is not deployed; call deploy({image.id!r}) first")
         options = validate_config({**image.deployed, **msg.options})
+        if options.get("shots", 0) > self.limits.max_shots:
+            raise UserError(
+                f"{options['shots']} shots exceed this orchestrator's limit of "
+                f"{self.limits.max_shots} (limits.max_shots in its fleet file)"
+            )
         bound = self.registry.bound(image.id)
         missing = [n for n in image.graph["inputs"] if n not in msg.inputs and n not in bound]
         optional = set(image.graph.get("optional_inputs", []))
@@ -400,5 +433,16 @@ class Orchestrator:
         return P.Ok(data={"state": run.state.value, "cancelled": [j.id for j in cancelled]})
 
     async def h_sample(self, msg: P.Sample, identity: bytes, rid: str) -> P.Message | None:
+        limits = self.limits
+        if msg.num_qubits > limits.max_qubits:
+            raise UserError(
+                f"a circuit of {msg.num_qubits} qubits exceeds this orchestrator's limit of "
+                f"{limits.max_qubits} (limits.max_qubits in its fleet file)"
+            )
+        if msg.shots > limits.max_shots:
+            raise UserError(
+                f"{msg.shots} shots exceed this orchestrator's limit of {limits.max_shots} "
+                "(limits.max_shots in its fleet file)"
+            )
         self.manager.submit_sample(msg, identity, rid)
         return None  # the reply comes when the QPU job is done

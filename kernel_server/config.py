@@ -42,6 +42,8 @@ _TOP_KEYS = {
     "priority": str,
     "seed": int,
     "timeout_s": (int, float),
+    # Stop a step that runs longer (capped by the orchestrator's limits.step_timeout_s).
+    "step_timeout_s": (int, float),
     "placement": str,
     "plan": (str, int),
 }
@@ -112,6 +114,8 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
             config["plan"] = parse_plan_option(config["plan"])
         except PlanChoiceError as exc:
             raise ConfigError(str(exc)) from None
+    if "step_timeout_s" in config and not config["step_timeout_s"] > 0:
+        raise ConfigError(f"step_timeout_s must be positive, got {config['step_timeout_s']}")
     if "priority" in config and config["priority"] not in PRIORITIES:
         raise ConfigError(
             f"priority must be one of {', '.join(PRIORITIES)}, got {config['priority']!r}"

@@ -15,6 +15,11 @@
     prices:                        # estimator.prices.PriceTable
       qpu_dollars_per_hour: 4500
     cluster: tcp://10.0.0.5:8786   # a Dask scheduler for classical steps and simulations
+    limits:                        # refused before any work starts
+      max_qubits: 200
+      max_shots: 1000000
+      max_payload_bytes: 268435456
+      step_timeout_s: 3600         # a classical step running longer is stopped
 
 ``--fleet`` (and ``QONDUCTOR_FLEET``) take either such a file or the short forms of
 :func:`workers.fleets.resolve_fleet`. Unknown keys are refused with the known ones listed.
@@ -54,19 +59,32 @@ class BackgroundLoad:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """What one request may ask for; anything larger is refused before work starts."""
+
+    max_qubits: int = 200
+    max_shots: int = 1_000_000
+    max_payload_bytes: int = 256 * 1024 * 1024
+    # A classical step that runs longer is stopped (a workflow's timeout_s can only lower it).
+    step_timeout_s: float = 3600.0
+
+
+@dataclass(frozen=True)
 class FleetSpec:
     simulated: tuple[str, ...]
     ibm: IBMFleet | None = None
     background: BackgroundLoad | None = None
     prices: dict[str, Any] = field(default_factory=dict)
     cluster: str | None = None
+    limits: Limits = field(default_factory=Limits)
 
     @property
     def names(self) -> list[str]:
         return list(self.simulated) + list(self.ibm.backends if self.ibm else ())
 
 
-_TOP = {"simulated", "ibm", "background", "prices", "cluster"}
+_TOP = {"simulated", "ibm", "background", "prices", "cluster", "limits"}
+_LIMITS = {"max_qubits", "max_shots", "max_payload_bytes", "step_timeout_s"}
 _IBM = {"backends", "execution_mode", "local_testing", "queue_refresh_s", "calibration_refresh_s"}
 _BACKGROUND = {"jobs_per_hour", "mean_runtime_s", "seed"}
 
@@ -149,7 +167,12 @@ def fleet_spec_from_dict(data: dict[str, Any], where: str = "fleet") -> FleetSpe
             f"{where}.cluster must be a Dask scheduler address such as tcp://HOST:8786, "
             f"got {cluster!r}"
         )
-    spec = FleetSpec(simulated, ibm, background, dict(prices), cluster)
+    limits = Limits()
+    if data.get("limits") is not None:
+        section = _section(f"{where}.limits", data["limits"], _LIMITS)
+        values = {k: _positive(f"{where}.limits.{k}", v) for k, v in section.items()}
+        limits = Limits(**{k: (v if k == "step_timeout_s" else int(v)) for k, v in values.items()})
+    spec = FleetSpec(simulated, ibm, background, dict(prices), cluster, limits)
     if not spec.names:
         raise FleetConfigError(f"{where} has no QPUs: list simulated devices or IBM backends")
     duplicated = {n for n in spec.names if spec.names.count(n) > 1}

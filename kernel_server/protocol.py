@@ -35,7 +35,25 @@ MAX_PAYLOAD_BYTES = 256 * 1024 * 1024
 
 
 class ProtocolError(Exception):
-    """A frame set that is not a valid, signed message."""
+    """A frame set that is not a valid, signed message; ``reason`` says which check failed."""
+
+    def __init__(self, message: str, reason: str = "malformed"):
+        super().__init__(message)
+        self.reason = reason
+
+
+class RequestTooLarge(ValueError):
+    """A request bigger than the orchestrator accepts; refused before it is sent."""
+
+
+def check_size(frames: list[bytes], limit: int) -> None:
+    size = len(frames[-1])
+    if size > limit:
+        raise RequestTooLarge(
+            f"this request is {size / 2**20:.1f} MiB, over the orchestrator's limit of "
+            f"{limit / 2**20:.1f} MiB (limits.max_payload_bytes); pass smaller values, e.g. load "
+            "large data inside the cell instead of from the notebook"
+        )
 
 
 class RemoteError(Exception):
@@ -295,15 +313,19 @@ def encode(message: Message, signer: Signer, request_id: str | None = None) -> l
     return [signer.sign(payload), payload]
 
 
-def decode(frames: list[bytes], signer: Signer) -> Envelope:
-    """Check the signature, then parse. Raises ProtocolError for anything malformed."""
+def decode(
+    frames: list[bytes], signer: Signer, max_payload_bytes: int = MAX_PAYLOAD_BYTES
+) -> Envelope:
+    """Check the size and the signature, then parse. ProtocolError for anything else."""
     if len(frames) != 2:
         raise ProtocolError(f"expected 2 frames (signature, payload), got {len(frames)}")
     signature, payload = frames
-    if len(payload) > MAX_PAYLOAD_BYTES:
-        raise ProtocolError(f"payload of {len(payload)} bytes exceeds {MAX_PAYLOAD_BYTES}")
+    if len(payload) > max_payload_bytes:
+        raise ProtocolError(
+            f"payload of {len(payload)} bytes exceeds {max_payload_bytes}", reason="oversized"
+        )
     if not signer.verify(payload, signature):
-        raise ProtocolError("bad signature")
+        raise ProtocolError("bad signature", reason="bad_signature")
     try:
         data = msgpack.unpackb(payload, raw=False)
     except Exception as exc:  # msgpack raises several unrelated types
@@ -317,9 +339,41 @@ def decode(frames: list[bytes], signer: Signer) -> Envelope:
         message = cls.from_dict(data["body"])
     except TypeError as exc:
         raise ProtocolError(f"bad body for {cls.op!r}: {exc}") from exc
-    return Envelope(
-        message, str(data.get("id", "")), float(data.get("ts", 0.0)), str(data.get("nonce", ""))
-    )
+    try:
+        ts = float(data.get("ts", 0.0))
+    except (TypeError, ValueError):
+        raise ProtocolError("payload timestamp is not a number") from None
+    return Envelope(message, str(data.get("id", "")), ts, str(data.get("nonce", "")))
+
+
+class ReplayGuard:
+    """Refuses signed messages outside a time window around now, or seen before within it.
+
+    A captured message stays validly signed forever; the window bounds how long it could be
+    replayed, and the remembered nonces refuse it inside the window. Memory is bounded by the
+    message rate times the window.
+    """
+
+    def __init__(self, window_s: float = 60.0, clock: Any = time.time):
+        self.window_s = window_s
+        self._clock = clock
+        self._seen: dict[str, float] = {}
+        self._next_prune = 0.0
+
+    def check(self, env: Envelope) -> None:
+        now = self._clock()
+        if abs(now - env.ts) > self.window_s:
+            raise ProtocolError(
+                f"message timestamp {env.ts:.0f} is more than {self.window_s:.0f} s from now",
+                reason="stale",
+            )
+        if not env.nonce or env.nonce in self._seen:
+            raise ProtocolError("replayed message (nonce seen before)", reason="replayed")
+        self._seen[env.nonce] = env.ts
+        if now >= self._next_prune:
+            horizon = now - 2 * self.window_s
+            self._seen = {n: t for n, t in self._seen.items() if t >= horizon}
+            self._next_prune = now + self.window_s / 4
 
 
 # --------------------------------------------------------------------------------------------
@@ -363,6 +417,8 @@ class ConnectionInfo:
     started_at: float
     signature_scheme: str = "hmac-sha256"
     version: int = PROTOCOL_VERSION
+    # The largest payload the orchestrator accepts: clients refuse bigger ones before sending.
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES
 
     def signer(self) -> Signer:
         return Signer(self.key.encode())

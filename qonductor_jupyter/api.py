@@ -35,6 +35,8 @@ def _request(message: P.Message, timeout: float = 60.0, client: Any = None) -> P
         return (client or get_client()).request(message, timeout=timeout)
     except P.RemoteError as exc:
         raise from_remote(exc) from None
+    except P.RequestTooLarge as exc:
+        raise InputError(str(exc)) from None
 
 
 # -------------------------------------------------------------------- images

@@ -267,7 +267,9 @@ class Client:
     def _try(self, message: P.Message, timeout: float) -> P.Message | None:
         assert self._sock is not None
         rid = P.new_request_id()
-        self._sock.send_multipart(P.encode(message, self._signer, rid))
+        frames = P.encode(message, self._signer, rid)
+        P.check_size(frames, self._info.max_payload_bytes if self._info else P.MAX_PAYLOAD_BYTES)
+        self._sock.send_multipart(frames)
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
             # Wake twice a second to notice a dead orchestrator long before the timeout.

@@ -13,6 +13,7 @@ import contextlib
 import io
 import linecache
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -74,6 +75,7 @@ class StepSpec:
     inputs: dict[str, bytes]
     writes: list[str]
     shots: int = 4000
+    timeout_s: float | None = None  # stop the step after this long (see _deadline)
 
 
 @dataclass
@@ -98,11 +100,12 @@ class QuantumCallError(RuntimeError):
 class WorkerLink:
     """DEALER socket from a worker process to the orchestrator's ROUTER."""
 
-    def __init__(self, endpoint: str, key: str):
+    def __init__(self, endpoint: str, key: str, max_payload_bytes: int | None = None):
         import zmq
 
-        from kernel_server.protocol import Signer
+        from kernel_server.protocol import MAX_PAYLOAD_BYTES, Signer
 
+        self.max_payload_bytes = max_payload_bytes or MAX_PAYLOAD_BYTES
         self._zmq = zmq
         self.signer = Signer(key.encode())
         self.ctx = zmq.Context.instance()
@@ -113,10 +116,22 @@ class WorkerLink:
         self.config = (endpoint, key)
 
     def request(self, message: Any) -> Any:
-        from kernel_server.protocol import ErrorReply, decode, encode, new_request_id
+        from kernel_server.protocol import (
+            ErrorReply,
+            RequestTooLarge,
+            check_size,
+            decode,
+            encode,
+            new_request_id,
+        )
 
         rid = new_request_id()
-        self.sock.send_multipart(encode(message, self.signer, rid))
+        frames = encode(message, self.signer, rid)
+        try:
+            check_size(frames, self.max_payload_bytes)
+        except RequestTooLarge as exc:
+            raise QuantumCallError(str(exc)) from None
+        self.sock.send_multipart(frames)
         with _thread_slot_released():
             while True:
                 env = decode(self.sock.recv_multipart(), self.signer)
@@ -219,10 +234,45 @@ def _user_traceback(exc: BaseException) -> str:
     return "".join(te.format())
 
 
+class StepTimeout(BaseException):
+    """The step ran past its timeout (a BaseException, so the cell's ``except Exception`` cannot
+    swallow it)."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float | None) -> Any:
+    """Raise StepTimeout inside the step's own code once ``seconds`` have passed.
+
+    SIGALRM interrupts Python code and blocking calls (a sleep, a socket wait) of the process's
+    main thread, which is where pool workers run steps; elsewhere (a Dask worker's thread) the
+    orchestrator's own timer fails the step instead.
+    """
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise StepTimeout(f"the step ran longer than its timeout of {seconds:g} s and was stopped")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def run_step(spec: StepSpec) -> StepOutcome:
     """Execute one step; never raises (failures come back in the outcome)."""
     with _EXCLUSIVE:
-        return _run_step(spec)
+        try:
+            with _deadline(spec.timeout_s):
+                return _run_step(spec)
+        except StepTimeout as exc:  # raised outside the user's code (loading inputs, pickling)
+            return StepOutcome(
+                False, error=str(exc), error_type="StepTimeout", worker=worker_address()
+            )
 
 
 def _run_step(spec: StepSpec) -> StepOutcome:

@@ -1,0 +1,174 @@
+"""Signed messages: forged, replayed, stale and garbage frames are dropped, counted, never run."""
+
+import os
+import stat
+import time
+
+import msgpack
+import pytest
+import zmq
+from helpers import wait_for
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import qonductor_jupyter as qj
+from kernel_server import protocol as P
+from qonductor_jupyter.client import get_client, read_connection
+
+SLOW = "import time\ntime.sleep(20)\nfrom qiskit import QuantumCircuit\nq = QuantumCircuit(1)\n"
+SLOW += "q.measure_all()\nc = sample(q, shots=5)\n"
+
+
+# ---------------------------------------------------------------- the replay guard, pure
+def _envelope(ts, nonce="n1"):
+    return P.Envelope(P.Ping(), "rid", ts, nonce)
+
+
+def test_replay_guard_refuses_old_future_and_repeated_messages():
+    now = [1000.0]
+    guard = P.ReplayGuard(window_s=60, clock=lambda: now[0])
+    guard.check(_envelope(1000.0, "a"))
+    with pytest.raises(P.ProtocolError) as replayed:
+        guard.check(_envelope(1000.0, "a"))
+    assert replayed.value.reason == "replayed"
+    for ts in (900.0, 1100.0):
+        with pytest.raises(P.ProtocolError) as stale:
+            guard.check(_envelope(ts, "b"))
+        assert stale.value.reason == "stale"
+    with pytest.raises(P.ProtocolError):
+        guard.check(_envelope(1000.0, ""))  # no nonce, no replay protection: refused
+    # Nonces are forgotten only once their messages could no longer pass the time check.
+    for i in range(1000):
+        now[0] += 1
+        guard.check(_envelope(now[0], f"m{i}"))
+    assert len(guard._seen) <= 2 * 60 + 60 // 4 + 2
+
+
+# ---------------------------------------------------------------- the live orchestrator
+def _counters():
+    data = get_client().request(P.GetFleet()).data
+    return data["dropped_messages"], data["dropped_by_reason"]
+
+
+@pytest.fixture
+def raw_socket(orchestrator):
+    """A DEALER of our own, as an attacker on the same machine would open one."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(read_connection().router)
+    yield sock
+    sock.close()
+
+
+def _answer(sock, timeout_ms=1000):
+    if sock.poll(timeout_ms):
+        return sock.recv_multipart()
+    return None
+
+
+def test_a_valid_message_is_answered_once_and_its_replay_dropped(raw_socket):
+    signer = read_connection().signer()
+    frames = P.encode(P.Ping(), signer)
+    raw_socket.send_multipart(frames)
+    assert _answer(raw_socket) is not None
+    before, reasons = _counters()
+    raw_socket.send_multipart(frames)
+    assert _answer(raw_socket) is None
+    after, reasons_after = _counters()
+    assert after == before + 1
+    assert reasons_after.get("replayed", 0) == reasons.get("replayed", 0) + 1
+
+
+def test_stale_and_foreign_messages_are_never_executed(raw_socket):
+    workflow_id = qj.invoke(qj.deploy(qj.create_workflow(SLOW)))
+    wait_for(lambda: qj.workflow_status(workflow_id) == "running", 60)
+    before, reasons = _counters()
+    # A cancel signed with another key (another user's, or a guess).
+    raw_socket.send_multipart(P.encode(P.Cancel(workflow_id=workflow_id), P.Signer(b"not-the-key")))
+    # A cancel validly signed, but two minutes old (captured and held back).
+    signer = read_connection().signer()
+    payload = msgpack.packb(
+        {
+            "op": "cancel",
+            "id": "r1",
+            "ts": time.time() - 120,
+            "nonce": "old",
+            "body": {"workflow_id": workflow_id},
+        },
+        use_bin_type=True,
+    )
+    raw_socket.send_multipart([signer.sign(payload), payload])
+    assert _answer(raw_socket) is None
+    after, reasons_after = _counters()
+    assert after == before + 2
+    assert reasons_after["bad_signature"] == reasons.get("bad_signature", 0) + 1
+    assert reasons_after["stale"] == reasons.get("stale", 0) + 1
+    assert qj.workflow_status(workflow_id) == "running"  # neither cancel ran
+    qj.cancel(workflow_id)
+
+
+def test_garbage_frames_do_not_stop_the_orchestrator(raw_socket):
+    before, _ = _counters()
+    junk = [[b"x"], [b"", b""], [b"sig", b"\xff\x00garbage"], [b"a", b"b", b"c"], [os.urandom(64)]]
+    signer = read_connection().signer()
+    not_a_map = msgpack.packb([1, 2, 3])
+    unknown_op = msgpack.packb(
+        {"op": "rm -rf", "id": "x", "ts": time.time(), "nonce": "z", "body": {}}
+    )
+    for payload in (not_a_map, unknown_op):
+        junk.append([signer.sign(payload), payload])
+    for frames in junk:
+        raw_socket.send_multipart(frames)
+    assert _answer(raw_socket, 500) is None
+    wait_for(lambda: _counters()[0] >= before + len(junk), 10)
+    assert get_client().request(P.Ping(), timeout=5).pid == read_connection().pid
+
+
+def test_connection_and_state_files_are_owner_only(orchestrator):
+    home = P.qonductor_home()
+    for path in (P.connection_file_path(), home / "state.db"):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+    assert stat.S_IMODE(os.stat(home).st_mode) == 0o700
+
+
+# ---------------------------------------------------------------- the decoder, fuzzed
+_KEY = P.Signer(b"fuzz-key")
+
+
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.binary(max_size=200), max_size=4))
+def test_random_frames_give_a_protocol_error(frames):
+    with pytest.raises(P.ProtocolError):
+        P.decode(frames, _KEY)
+
+
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=20)
+    | st.binary(max_size=20)
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    op=st.sampled_from(sorted(P.MESSAGES)) | st.text(max_size=12),
+    body=st.dictionaries(st.text(max_size=16), _values, max_size=6) | _values,
+    ts=st.floats(allow_nan=True) | st.text(max_size=5) | st.none(),
+)
+def test_signed_but_malformed_payloads_decode_or_give_a_protocol_error(op, body, ts):
+    payload = msgpack.packb({"op": op, "id": "i", "ts": ts, "nonce": "n", "body": body})
+    try:
+        env = P.decode([_KEY.sign(payload), payload], _KEY)
+    except P.ProtocolError:
+        return
+    assert env.message.op == op and isinstance(env.message, P.Message)
