@@ -19,6 +19,7 @@ import multiprocessing
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from .scheduler.classical import ClassicalCluster, NoFeasibleNode, schedule_classical
@@ -41,17 +42,39 @@ class LocalCompute:
 
     async def start(self, router_endpoint: str, key: str) -> None:
         self.loop = asyncio.get_running_loop()
+        self._link = (router_endpoint, key)
+        self.step_pool = self._new_step_pool()
+        self.qpu_pool = self._new_qpu_pool()
+        self.cluster = ClassicalCluster([local_node()])
+        self.pool_rebuilds = 0
+
+    def _new_step_pool(self) -> ProcessPoolExecutor:
         spawn = multiprocessing.get_context("spawn")  # never fork a process holding zmq sockets
-        self.step_pool = ProcessPoolExecutor(
+        return ProcessPoolExecutor(
             self.step_workers,
             mp_context=spawn,
             initializer=classical.init_worker,
-            initargs=(router_endpoint, key),
+            initargs=self._link,
         )
-        self.qpu_pool = ProcessPoolExecutor(
-            self.qpu_workers, mp_context=spawn, initializer=start_lifeline
-        )
-        self.cluster = ClassicalCluster([local_node()])
+
+    def _new_qpu_pool(self) -> ProcessPoolExecutor:
+        spawn = multiprocessing.get_context("spawn")
+        return ProcessPoolExecutor(self.qpu_workers, mp_context=spawn, initializer=start_lifeline)
+
+    async def _in_pool(self, which: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run on a pool; if one of its processes died (killed, out of memory), every task it
+        held fails with BrokenProcessPool: start a fresh pool and run the task once more."""
+        pool = getattr(self, which)
+        try:
+            return await self.loop.run_in_executor(pool, fn, *args)
+        except BrokenProcessPool:
+            if getattr(self, which) is pool:  # the first task to notice replaces the pool
+                log.warning("a %s process died; starting a fresh pool", which)
+                pool.shutdown(wait=False, cancel_futures=True)
+                setattr(self, which, self._new_step_pool() if which == "step_pool" else
+                        self._new_qpu_pool())  # fmt: skip
+                self.pool_rebuilds += 1
+            return await self.loop.run_in_executor(getattr(self, which), fn, *args)
 
     def nodes(self) -> list[ClassicalNode]:
         return [local_node()]
@@ -86,15 +109,15 @@ class LocalCompute:
             pass
 
     async def run_step(self, spec: classical.StepSpec, node: ClassicalNode) -> Any:
-        return await self.loop.run_in_executor(self.step_pool, classical.run_step, spec)
+        return await self._in_pool("step_pool", classical.run_step, spec)
 
     async def plan(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Estimates, plans, the device catalogue: always local (they share its caches)."""
-        return await self.loop.run_in_executor(self.qpu_pool, fn, *args)
+        return await self._in_pool("qpu_pool", fn, *args)
 
     async def simulate(self, fn: Callable[..., Any], *args: Any) -> Any:
         """A QPU job's noisy execution on a simulated device."""
-        return await self.loop.run_in_executor(self.qpu_pool, fn, *args)
+        return await self._in_pool("qpu_pool", fn, *args)
 
     def warm_up(self, devices: list[str]) -> None:
         from .workers import qpu

@@ -129,6 +129,8 @@ class JobManager:
             run = self.store.load_run(workflow_id)
             if run is None:
                 continue
+            if self._fail_paid_runs(run):
+                continue
             saved = self.store.step_outputs(workflow_id)
             for sid, job in run.steps.items():
                 if job.state is JobState.DONE and sid in saved:
@@ -149,6 +151,37 @@ class JobManager:
             row = self.store.workflow_row(workflow_id) or {}
             log.info("recovering workflow %s (%d steps done)", workflow_id, len(done))
             self.adopt(run, self.store.workflow_inputs(workflow_id), row.get("options", {}), done)
+
+    def _is_paid(self, qpu_name: str | None) -> bool:
+        """A real IBM QPU (not local testing): each run of a job there costs money."""
+        qpu = self.qpus.get(qpu_name or "")
+        info = qpu.info if qpu is not None else {}
+        return info.get("kind") == "ibm" and not info.get("local_testing", False)
+
+    def _fail_paid_runs(self, run: WorkflowRun) -> bool:
+        """A QPU job that was running on a paid QPU when the orchestrator stopped may have run
+        (and been billed) already; running its step again would pay twice. Such a workflow
+        ends failed, with the reason, instead of being resumed. Returns whether it did."""
+        paid = [
+            j for j in run.qpu_jobs.values() if j.state is JobState.RUNNING and self._is_paid(j.qpu)
+        ]
+        if not paid:
+            return False
+        first = paid[0]
+        reason = (
+            f"QPU job {first.id} was running on the paid QPU {first.qpu} when the orchestrator "
+            "stopped; it is not run again so that it is not paid for twice. Check its result on "
+            "IBM Quantum, or run the workflow again."
+        )
+        for job in paid:
+            job.error = reason
+            self.move(job, JobState.FAILED, "orchestrator restarted during a paid run")
+        cancelled = run.step_failed(first.step_id or 0, reason)
+        self._persist([run.steps[first.step_id or 0]], "orchestrator restarted during a paid run")
+        self._persist(cancelled, "an earlier step failed")
+        self.store.update_workflow(run)
+        log.warning("workflow %s not resumed: %s", run.id, reason)
+        return True
 
     def _advance(self, run: WorkflowRun) -> None:
         for sid in run.ready_steps():

@@ -1,0 +1,142 @@
+"""Accepted workflows survive a kill -9 of the orchestrator or of a worker, and cancellation
+reaches every child job."""
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+from helpers import wait_for
+
+from kernel_server.fleet import SimulatedQPU
+from kernel_server.jobs import JobRecord, JobState, WorkflowRun
+from kernel_server.manager import Executors, JobManager
+from kernel_server.store import Store
+from qonductor_jupyter import api
+from qonductor_jupyter import client as client_module
+from qonductor_jupyter.client import pid_alive, read_connection
+from qonductor_jupyter.splitter import split_cell
+
+
+def _cell(seconds: float, shots: int = 20) -> str:
+    return (
+        f"import time\ntime.sleep({seconds})\nfrom qiskit import QuantumCircuit\n"
+        f"q = QuantumCircuit(1)\nq.x(0)\nq.measure_all()\nc = sample(q, shots={shots})\n"
+    )
+
+
+@pytest.fixture
+def own_orchestrator(tmp_path):
+    """An orchestrator in a home of its own: these tests kill it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("QONDUCTOR_HOME", str(tmp_path))
+        info = client_module.start_server()
+        mp.setattr(client_module, "_default", client_module.Client(info=info))
+        try:
+            yield info
+        finally:
+            client_module.stop_server()
+
+
+def test_kill_9_with_20_workflows_queued_or_running(own_orchestrator):
+    ids = [api.submit_cell(_cell(0.5 + (i % 4) * 0.5), {})[0] for i in range(20)]
+    wait_for(lambda: any(w["state"] == "running" for w in api.list_workflows(limit=20)), 60)
+    os.kill(own_orchestrator.pid, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(own_orchestrator.pid), 10)
+
+    # The next request starts a new orchestrator, which resumes every accepted workflow.
+    replies = [api.wait(i, 240) for i in ids]
+    assert read_connection().pid != own_orchestrator.pid
+    assert [r.state for r in replies] == ["done"] * 20, [(r.state, r.error) for r in replies]
+    for workflow_id in ids:
+        counts = api.workflow_results(workflow_id)["c"]
+        assert sum(counts.values()) == 20  # each result retrievable, from exactly one run
+    listed = [w["id"] for w in api.list_workflows(limit=100)]
+    assert sorted(listed) == sorted(ids)  # none lost, none duplicated
+
+
+def test_a_killed_step_worker_process_does_not_lose_the_workflow(own_orchestrator, tmp_path):
+    marker = tmp_path / "pid"
+    cell = (
+        "import os, time\nopen(marker, 'w').write(str(os.getpid()))\ntime.sleep(3)\nok = 1\n"
+        + _cell(0)
+    )
+    workflow_id, _ = api.submit_cell(cell, {"marker": str(marker)})
+    wait_for(lambda: marker.exists() and marker.read_text().strip(), 60)
+    victim = int(marker.read_text())
+    os.kill(victim, signal.SIGKILL)
+    reply = api.wait(workflow_id, 120)
+    assert reply.state == "done", reply.error
+    assert int(marker.read_text()) != victim  # it ran again, in a fresh worker process
+
+
+def test_cancel_reaches_a_job_waiting_in_a_qpu_queue(own_orchestrator):
+    one_qpu = {"qpu": {"backends": ["fake_kolkata"]}}
+    first, _ = api.submit_cell(_cell(0, shots=4000), {}, config=one_qpu)
+    queued_ids = [api.submit_cell(_cell(0, shots=4000), {}, config=one_qpu)[0] for _ in range(3)]
+    last = queued_ids[-1]
+
+    def qpu_job_state(workflow_id):
+        jobs = [j for s in api.workflow_info(workflow_id).steps for j in s["qpu_jobs"]]
+        return jobs[0]["state"] if jobs else None
+
+    wait_for(lambda: qpu_job_state(last) == "queued", 120)
+    api.cancel(last)
+    assert api.wait(last, 30).state == "cancelled"
+    assert qpu_job_state(last) == "cancelled"
+    for workflow_id in [first, *queued_ids[:-1]]:
+        assert api.wait(workflow_id, 240).state == "done"
+    (job,) = [j for s in api.workflow_info(last).steps for j in s["qpu_jobs"]]
+    assert job["state"] == "cancelled" and job["run_s"] is None  # it never ran
+
+
+def test_a_job_that_was_running_on_a_paid_qpu_is_not_run_again(tmp_path):
+    """After a restart, a paid QPU job that may have run already fails its workflow with the
+    reason instead of being run (and billed) a second time."""
+    graph = split_cell(_cell(0)).to_dict()
+
+    async def scenario():
+        store = Store(tmp_path / "state.db")
+        run = WorkflowRun.new("wf-paid", "img", graph)
+        store.insert_workflow(run, "paid", {}, {})
+        quantum = next(s for s in graph["steps"] if s["kind"] != "classical")["id"]
+        for sid, job in run.steps.items():
+            if sid < quantum:
+                job.transition(JobState.QUEUED)
+                job.transition(JobState.RUNNING)
+                job.transition(JobState.DONE)
+                store.save_step_outputs(run.id, sid, {}, "")
+            elif sid == quantum:
+                job.transition(JobState.QUEUED)
+                job.transition(JobState.RUNNING)
+            store.save_job(job)
+        paid = JobRecord("qj-paid", run.id, "qpu", step_id=quantum, qpu="ibm_brisbane")
+        for state in (JobState.ESTIMATING, JobState.QUEUED, JobState.RUNNING):
+            paid.transition(state)
+        store.save_job(paid)
+
+        started = []
+
+        async def run_step(spec):
+            started.append(spec.step_id)
+
+        manager = JobManager(
+            store,
+            Executors(run_step=run_step, estimate=None, spawn=asyncio.ensure_future),
+            emit=lambda job, cause: None,
+            reply=None,
+        )
+        info = {"num_qubits": 127, "family": "Eagle", "kind": "ibm", "local_testing": False}
+        manager.qpus["ibm_brisbane"] = SimulatedQPU("ibm_brisbane", info)
+        manager.recover()
+        await asyncio.sleep(0.1)
+        row = store.workflow_row(run.id)
+        reloaded = store.load_run(run.id)
+        store.close()
+        return started, row, reloaded
+
+    started, row, reloaded = asyncio.run(scenario())
+    assert started == []  # nothing was run again
+    assert row["state"] == "failed" and "not paid for twice" in row["error"]
+    assert reloaded.qpu_jobs["qj-paid"].state is JobState.FAILED
