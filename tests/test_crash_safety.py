@@ -4,7 +4,6 @@ reaches every child job."""
 import asyncio
 import os
 import signal
-import time
 
 import pytest
 from helpers import wait_for
