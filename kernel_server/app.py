@@ -10,6 +10,7 @@ job manager's business (``manager.py``); this module does I/O and the request ha
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import signal
@@ -29,7 +30,7 @@ from .fleet import SimulatedQPU, background_arrivals, qpu_runner
 from .fleet_config import FleetSpec
 from .ibm_link import IBMLink
 from .jobs import JobRecord, WorkflowRun, new_id
-from .manager import Executors, JobManager, UserError
+from .manager import Executors, JobManager, UnknownWorkflow, UserError
 from .registry import Registry, UnknownImage
 from .scheduler.classical import NoFeasibleNode
 from .scheduler.placement import DEFAULT_PLACEMENT
@@ -37,6 +38,9 @@ from .store import Store
 from .workers import classical, qpu
 
 log = logging.getLogger("kernel_server")
+
+# Who signed the request being handled ("" is the orchestrator's own key: full rights).
+CURRENT_USER: contextvars.ContextVar[str] = contextvars.ContextVar("qonductor_user", default="")
 
 # How long past a step's timeout the orchestrator waits for the worker's own report of it.
 STEP_TIMEOUT_GRACE_S = 10.0
@@ -124,6 +128,9 @@ class Orchestrator:
         self.router_endpoint = f"tcp://{host}:{router_port}"
         key = P.new_key()
         self.signer = P.Signer(key.encode())
+        # Users of a shared orchestrator each sign with their own key (users.json).
+        self.keyring = P.KeyRing(self.signer, self.home / "users.json")
+        self._owners: dict[str, str] = {}
         await self.compute.start(self.router_endpoint, key)
         self.conn = P.ConnectionInfo(
             router=self.router_endpoint,
@@ -135,7 +142,7 @@ class Orchestrator:
         )
         self.fleet_ready = asyncio.Event()
         self._spawn(self._load_fleet())
-        self.conn.write(P.connection_file_path())
+        self.conn.write(P.server_connection_file_path())
         log.info("orchestrator %s listening on %s", os.getpid(), self.router_endpoint)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self._stop.set)
@@ -147,7 +154,7 @@ class Orchestrator:
     async def _close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
-        path = P.connection_file_path()
+        path = P.server_connection_file_path()
         try:
             if P.ConnectionInfo.read(path).pid == os.getpid():
                 path.unlink()
@@ -208,13 +215,14 @@ class Orchestrator:
 
     async def _handle(self, identity: bytes, frames: list[bytes]) -> None:
         try:
-            env = P.decode(frames, self.signer, self.limits.max_payload_bytes)
+            env = P.decode(frames, self.keyring, self.limits.max_payload_bytes)
             self.replay_guard.check(env)
         except P.ProtocolError as exc:
             self._drop(exc.reason)
             log.warning("dropped a message: %s", exc)
             return
         handler = self.handlers.get(env.message.op)
+        CURRENT_USER.set(env.user)  # this request's task only (each _handle is its own task)
         try:
             if handler is None:
                 raise UserError(f"operation {env.message.op!r} is not a request")
@@ -226,15 +234,30 @@ class Orchestrator:
                 log.exception("handler %s failed", env.message.op)
             reply = P.ErrorReply(type=type(exc).__name__, message=str(exc))
         if reply is not None:
-            await self._reply(identity, env.request_id, reply)
+            await self._reply(identity, env.request_id, reply, env.user)
 
     def _drop(self, reason: str) -> None:
         """Count a message we refused; it is never executed."""
         self.dropped_messages += 1
         self.dropped_by_reason[reason] = self.dropped_by_reason.get(reason, 0) + 1
 
-    async def _reply(self, identity: bytes, request_id: str, message: P.Message) -> None:
-        await self.router.send_multipart([identity, *P.encode(message, self.signer, request_id)])
+    async def _reply(
+        self, identity: bytes, request_id: str, message: P.Message, user: str = ""
+    ) -> None:
+        signer = self.keyring.signer_for(user)
+        await self.router.send_multipart([identity, *P.encode(message, signer, request_id)])
+
+    def _owner_of(self, workflow_id: str) -> str:
+        owner = self._owners.get(workflow_id)
+        if owner is None:  # a workflow's owner never changes: ask the store once
+            owner = self._owners[workflow_id] = self.store.workflow_owner(workflow_id) or ""
+        return owner
+
+    def _check_owner(self, workflow_id: str) -> None:
+        """A user sees and touches only their own workflows; to them others' do not exist."""
+        user = CURRENT_USER.get()
+        if user and self._owner_of(workflow_id) != user:
+            raise UnknownWorkflow(f"no workflow {workflow_id!r}; list them with list_workflows()")
 
     def _event(self, job: JobRecord, detail: str = "") -> None:
         ev = P.Event(
@@ -248,7 +271,8 @@ class Orchestrator:
             ts=time.time(),
         )
         self.store.add_event(ev.ts, ev.workflow_id, ev.job_id, ev.kind, ev.state, detail)
-        frames = P.encode(ev, self.signer)
+        # Signed with the owner's key: only the workflow's owner (and the orchestrator's) can read.
+        frames = P.encode(ev, self.keyring.signer_for(self._owner_of(job.workflow_id)))
         self._spawn(self.pub.send_multipart([ev.topic, *frames]))
 
     async def _run_step(self, spec: classical.StepSpec) -> classical.StepOutcome:
@@ -374,7 +398,8 @@ class Orchestrator:
         return P.Ok(data={"images": [i.summary() for i in self.registry.list()]})
 
     async def h_workflows(self, msg: P.ListWorkflows, identity: bytes, rid: str) -> P.Message:
-        return P.Ok(data={"workflows": self.store.list_workflows(msg.limit)})
+        owner = CURRENT_USER.get() or None  # the orchestrator's own key sees every workflow
+        return P.Ok(data={"workflows": self.store.list_workflows(msg.limit, owner)})
 
     async def h_fleet(self, msg: P.GetFleet, identity: bytes, rid: str) -> P.Message:
         await self.fleet_ready.wait()
@@ -410,29 +435,34 @@ class Orchestrator:
             self.manager.eligible_qpus(options, 0)
         run = WorkflowRun.new(workflow_id, image.id, image.graph)
         inputs = {**bound, **msg.inputs}
-        if not self.store.insert_workflow(run, image.name, options, inputs):
+        if not self.store.insert_workflow(run, image.name, options, inputs, CURRENT_USER.get()):
             return P.Ok(data={"workflow_id": workflow_id, "duplicate": True})
         self.manager.adopt(run, inputs, options)
         return P.Ok(data={"workflow_id": workflow_id})
 
     async def h_status(self, msg: P.GetStatus, identity: bytes, rid: str) -> P.Message:
+        self._check_owner(msg.workflow_id)
         run = self.manager.run_for(msg.workflow_id)
         return self.manager.workflow_reply(run, with_outputs=False)
 
     async def h_results(self, msg: P.GetResults, identity: bytes, rid: str) -> P.Message:
+        self._check_owner(msg.workflow_id)
         run = self.manager.run_for(msg.workflow_id)
         await self.manager.wait_final(run, min(msg.wait_s, 30.0))
         return self.manager.workflow_reply(run, with_outputs=True)
 
     async def h_choose_plan(self, msg: P.ChoosePlan, identity: bytes, rid: str) -> P.Message:
+        self._check_owner(msg.workflow_id)
         plan = self.manager.choose_plan(msg.workflow_id, msg.step_id, msg.plan)
         return P.Ok(data={"plan": plan})
 
     async def h_cancel(self, msg: P.Cancel, identity: bytes, rid: str) -> P.Message:
+        self._check_owner(msg.workflow_id)
         run, cancelled = self.manager.cancel(msg.workflow_id)
         return P.Ok(data={"state": run.state.value, "cancelled": [j.id for j in cancelled]})
 
     async def h_sample(self, msg: P.Sample, identity: bytes, rid: str) -> P.Message | None:
+        self._check_owner(msg.workflow_id)
         limits = self.limits
         if msg.num_qubits > limits.max_qubits:
             raise UserError(

@@ -278,21 +278,77 @@ class Envelope:
     request_id: str
     ts: float
     nonce: str
+    user: str = ""  # who signed it: "" is the orchestrator's own key, else a user's (KeyRing)
 
 
 class Signer:
-    """HMAC-SHA256 over the payload bytes, as in the Jupyter wire protocol."""
+    """HMAC-SHA256 over the payload bytes, as in the Jupyter wire protocol.
 
-    def __init__(self, key: bytes):
+    A user of a shared orchestrator signs with their own key, and the signature frame names them
+    (``user:digest``) so the orchestrator knows which key to check it with.
+    """
+
+    def __init__(self, key: bytes, user: str = ""):
         if not key:
             raise ValueError("an empty key would make every signature valid")
+        if ":" in user:
+            raise ValueError("a user name cannot contain ':'")
         self._key = key
+        self.user = user
 
     def sign(self, payload: bytes) -> bytes:
-        return hmac.new(self._key, payload, hashlib.sha256).hexdigest().encode()
+        digest = hmac.new(self._key, payload, hashlib.sha256).hexdigest().encode()
+        return f"{self.user}:".encode() + digest if self.user else digest
 
     def verify(self, payload: bytes, signature: bytes) -> bool:
         return hmac.compare_digest(self.sign(payload), signature)
+
+
+class KeyRing:
+    """The orchestrator's keys: its own (full rights) and one per user of a shared orchestrator.
+
+    Users are listed in ``users.json`` (name -> key, owner-only), re-read when it changes, so a
+    user added with ``qonductor server add-user`` can connect without a restart.
+    """
+
+    def __init__(self, owner: Signer, users_file: Path | None = None):
+        self.owner = owner
+        self.users_file = users_file
+        self._users: dict[str, Signer] = {}
+        self._mtime: float | None = None
+        self._reload()
+
+    def _reload(self) -> None:
+        if self.users_file is None:
+            return
+        try:
+            mtime = self.users_file.stat().st_mtime
+        except OSError:
+            self._users, self._mtime = {}, None
+            return
+        if mtime == self._mtime:
+            return
+        try:
+            data = json.loads(self.users_file.read_text())
+            self._users = {name: Signer(key.encode(), name) for name, key in data.items()}
+            self._mtime = mtime
+        except (OSError, ValueError, AttributeError):
+            pass  # a half-written file: keep the users we had
+
+    def identify(self, payload: bytes, signature: bytes) -> str | None:
+        """Who signed the payload ("" for the owner key), or None for no valid signature."""
+        name, sep, _ = signature.partition(b":")
+        if not sep:
+            return "" if self.owner.verify(payload, signature) else None
+        self._reload()
+        signer = self._users.get(name.decode(errors="replace"))
+        return signer.user if signer is not None and signer.verify(payload, signature) else None
+
+    def signer_for(self, user: str) -> Signer:
+        if not user:
+            return self.owner
+        self._reload()
+        return self._users.get(user, self.owner)
 
 
 def new_request_id() -> str:
@@ -314,7 +370,7 @@ def encode(message: Message, signer: Signer, request_id: str | None = None) -> l
 
 
 def decode(
-    frames: list[bytes], signer: Signer, max_payload_bytes: int = MAX_PAYLOAD_BYTES
+    frames: list[bytes], signer: Signer | KeyRing, max_payload_bytes: int = MAX_PAYLOAD_BYTES
 ) -> Envelope:
     """Check the size and the signature, then parse. ProtocolError for anything else."""
     if len(frames) != 2:
@@ -324,7 +380,11 @@ def decode(
         raise ProtocolError(
             f"payload of {len(payload)} bytes exceeds {max_payload_bytes}", reason="oversized"
         )
-    if not signer.verify(payload, signature):
+    if isinstance(signer, KeyRing):
+        user = signer.identify(payload, signature)
+    else:
+        user = signer.user if signer.verify(payload, signature) else None
+    if user is None:
         raise ProtocolError("bad signature", reason="bad_signature")
     try:
         data = msgpack.unpackb(payload, raw=False)
@@ -343,7 +403,7 @@ def decode(
         ts = float(data.get("ts", 0.0))
     except (TypeError, ValueError):
         raise ProtocolError("payload timestamp is not a number") from None
-    return Envelope(message, str(data.get("id", "")), ts, str(data.get("nonce", "")))
+    return Envelope(message, str(data.get("id", "")), ts, str(data.get("nonce", "")), user)
 
 
 class ReplayGuard:
@@ -405,6 +465,14 @@ def runtime_dir() -> Path:
 
 
 def connection_file_path() -> Path:
+    """The orchestrator's connection file; ``QONDUCTOR_CONNECTION_FILE`` points a client at
+    another one (a shared orchestrator's user file)."""
+    env = os.environ.get("QONDUCTOR_CONNECTION_FILE")
+    return Path(env) if env else server_connection_file_path()
+
+
+def server_connection_file_path() -> Path:
+    """Where the orchestrator writes its own connection file (its owner's)."""
     return runtime_dir() / CONNECTION_FILE_NAME
 
 
@@ -419,9 +487,11 @@ class ConnectionInfo:
     version: int = PROTOCOL_VERSION
     # The largest payload the orchestrator accepts: clients refuse bigger ones before sending.
     max_payload_bytes: int = MAX_PAYLOAD_BYTES
+    # A shared orchestrator's user this file belongs to ("": the orchestrator's owner).
+    user: str = ""
 
     def signer(self) -> Signer:
-        return Signer(self.key.encode())
+        return Signer(self.key.encode(), self.user)
 
     def write(self, path: Path) -> None:
         """Write atomically and owner-only (0600): the key in it is the only credential."""

@@ -27,7 +27,8 @@ CREATE TABLE IF NOT EXISTS calibrations (
     device TEXT, calibration_id TEXT, recorded_at REAL, PRIMARY KEY (device, calibration_id));
 CREATE TABLE IF NOT EXISTS workflows (
     id TEXT PRIMARY KEY, image_id TEXT, name TEXT, state TEXT, created_at REAL, finished_at REAL,
-    error TEXT, graph TEXT, options TEXT, inputs BLOB, outputs BLOB, stdout TEXT DEFAULT '');
+    error TEXT, graph TEXT, options TEXT, inputs BLOB, outputs BLOB, stdout TEXT DEFAULT '',
+    owner TEXT DEFAULT '');
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, workflow_id TEXT, step_id INTEGER, kind TEXT, state TEXT, qpu TEXT,
     est_fidelity REAL, est_duration_s REAL, shots INTEGER, num_circuits INTEGER, parent TEXT,
@@ -97,6 +98,9 @@ class Store:
         for column in ("plans", "worker"):
             if column not in have:
                 self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(workflows)")}
+        if "owner" not in have:
+            self._db.execute("ALTER TABLE workflows ADD COLUMN owner TEXT DEFAULT ''")
 
     def close(self) -> None:
         with self._lock:
@@ -134,7 +138,12 @@ class Store:
 
     # workflows -------------------------------------------------------------------------------
     def insert_workflow(
-        self, run: WorkflowRun, name: str | None, options: dict[str, Any], inputs: dict[str, bytes]
+        self,
+        run: WorkflowRun,
+        name: str | None,
+        options: dict[str, Any],
+        inputs: dict[str, bytes],
+        owner: str = "",
     ) -> bool:
         """Persist a new workflow with its steps; False if that id exists (a resent request)."""
         with self._lock:
@@ -147,7 +156,7 @@ class Store:
                     return False
                 cur.execute(
                     "INSERT INTO workflows (id, image_id, name, state, created_at, graph, options,"
-                    " inputs) VALUES (?,?,?,?,?,?,?,?)",
+                    " inputs, owner) VALUES (?,?,?,?,?,?,?,?,?)",
                     (
                         run.id,
                         run.image_id,
@@ -157,6 +166,7 @@ class Store:
                         json.dumps(run.graph),
                         json.dumps(options),
                         _pack(inputs),
+                        owner,
                     ),
                 )
                 for job in run.steps.values():
@@ -166,6 +176,11 @@ class Store:
                 cur.execute("ROLLBACK")
                 raise
         return True
+
+    def workflow_owner(self, workflow_id: str) -> str | None:
+        """The user who submitted it ("" for the orchestrator's owner); None if unknown."""
+        row = self._exec("SELECT owner FROM workflows WHERE id=?", (workflow_id,)).fetchone()
+        return None if row is None else (row[0] or "")
 
     def update_workflow(self, run: WorkflowRun) -> None:
         self._exec(
@@ -213,16 +228,18 @@ class Store:
         row = self._exec("SELECT outputs FROM workflows WHERE id=?", (workflow_id,)).fetchone()
         return _unpack(row[0]) if row else None
 
-    def list_workflows(self, limit: int = 100) -> list[dict[str, Any]]:
-        """The newest workflows with the QPUs their jobs use and how many jobs are live."""
+    def list_workflows(self, limit: int = 100, owner: str | None = None) -> list[dict[str, Any]]:
+        """The newest workflows (of one owner, or of all) with the QPUs their jobs use and how
+        many jobs are live."""
+        where, args = ("WHERE owner = ?", (owner, limit)) if owner is not None else ("", (limit,))
         rows = self._exec(
             "SELECT w.id, w.image_id, w.name, w.state, w.created_at, w.finished_at, w.error,"
             " group_concat(DISTINCT j.qpu), coalesce(sum(j.state = 'running'), 0),"
             " coalesce(sum(j.state = 'queued'), 0)"
-            " FROM (SELECT * FROM workflows ORDER BY created_at DESC LIMIT ?) w"
+            f" FROM (SELECT * FROM workflows {where} ORDER BY created_at DESC LIMIT ?) w"
             " LEFT JOIN jobs j ON j.workflow_id = w.id"
             " GROUP BY w.id ORDER BY w.created_at DESC",
-            (limit,),
+            args,
         ).fetchall()
         keys = ("id", "image_id", "name", "state", "created_at", "finished_at", "error")
         listing = []

@@ -31,6 +31,31 @@ def server_command(action: str, fleet: str | None = None, cluster: str | None = 
     )
 
 
+def user_command(action: str, name: str | None) -> int:
+    from kernel_server import users
+
+    if not name:
+        print(f"qonductor server {action} needs a user name", file=sys.stderr)
+        return 2
+    if action == "remove-user":
+        print(f"removed {name}" if users.remove_user(name) else f"no user {name}")
+        return 0
+    try:
+        path = users.add_user(name)
+    except FileNotFoundError:
+        print("no orchestrator is running here: start it first (qonductor server start)",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    print(
+        f"user {name} added; give them {path} (keep it private) and have their kernels set "
+        f"QONDUCTOR_CONNECTION_FILE={path}"
+    )
+    return 0
+
+
 def find_example(name: str) -> Path:
     here = Path(__file__).resolve().parent
     for candidate in (
@@ -94,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("demo", help="run the quickstart notebook headless and print its results")
     d.add_argument("--notebook", default="01_quickstart.ipynb")
     s = sub.add_parser("server", help="start, stop or inspect the background orchestrator")
-    s.add_argument("action", choices=("start", "stop", "status"))
+    s.add_argument("action", choices=("start", "stop", "status", "add-user", "remove-user"))
+    s.add_argument("user", nargs="?", help="the user to add or remove (add-user, remove-user)")
     s.add_argument(
         "--fleet", default=None, help="'default', 'small', fake backend names or a fleet.yaml"
     )
@@ -131,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return runtime.main(args.rest)
     if args.command == "server":
+        if args.action in ("add-user", "remove-user"):
+            return user_command(args.action, args.user)
         print(server_command(args.action, args.fleet, args.cluster))
         return 0
     from . import api

@@ -1,0 +1,66 @@
+"""Users of a shared orchestrator: each gets a key of their own and sees only their workflows.
+
+``qonductor server add-user NAME`` writes the key to ``<home>/users.json`` (owner-only; the running
+orchestrator re-reads it) and a connection file for that user, ``<home>/users/NAME.json``, to hand
+over; the user points their kernel at it with ``QONDUCTOR_CONNECTION_FILE``. Their requests are
+signed with their key, their workflows are theirs: another user's do not exist for them, and the
+events of a workflow are signed with its owner's key, so nobody else can read them. The
+orchestrator's own key (its connection file) keeps full rights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from pathlib import Path
+
+from . import protocol as P
+
+USER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def users_file() -> Path:
+    return P.qonductor_home() / "users.json"
+
+
+def _read() -> dict[str, str]:
+    try:
+        return json.loads(users_file().read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def _write(users: dict[str, str]) -> None:
+    path = users_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(users, fh, indent=1)
+    os.replace(tmp, path)
+
+
+def add_user(name: str) -> Path:
+    """Give ``name`` a key; return the path of their connection file."""
+    if not USER_NAME.match(name):
+        raise ValueError(
+            f"user names are 1-64 letters, digits, '_', '.' or '-'; {name!r} is not one"
+        )
+    owner = P.ConnectionInfo.read(P.server_connection_file_path())
+    users = _read()
+    users[name] = P.new_key()
+    _write(users)
+    path = P.qonductor_home() / "users" / f"{name}.json"
+    dataclasses.replace(owner, key=users[name], user=name).write(path)
+    return path
+
+
+def remove_user(name: str) -> bool:
+    users = _read()
+    if users.pop(name, None) is None:
+        return False
+    _write(users)
+    (P.qonductor_home() / "users" / f"{name}.json").unlink(missing_ok=True)
+    return True

@@ -1,0 +1,175 @@
+"""Drive an orchestrator with workflows from several concurrent clients (load test, benchmark).
+
+Each client is a thread with its own ZeroMQ client, as separate notebook kernels would be. They
+submit (invoke) one small deployed workflow at an open-loop rate - the arrival rate of a busy
+cloud (e.g. 4500 workflows per hour) compressed by a factor, so minutes of it fit in a test -
+timing each request's round trip. Then every submitted workflow is waited for, and the store's
+listing is checked for lost and duplicated ones. The orchestrator's resident memory is sampled
+throughout.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernel_server import protocol as P
+
+from .client import Client, read_connection
+
+CELL = (
+    "from qiskit import QuantumCircuit\nq = QuantumCircuit(2)\nq.h(0)\nq.cx(0, 1)\n"
+    "q.measure_all()\nc = sample(q, shots=100)\n"
+)
+
+
+@dataclass
+class LoadReport:
+    submitted: int
+    final: dict[str, int]
+    lost: int
+    duplicated: int
+    seconds: float
+    latencies_ms: list[float] = field(repr=False)
+    rss_mb: list[float] = field(repr=False)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def submissions_per_s(self) -> float:
+        return self.submitted / self.seconds if self.seconds else 0.0
+
+    def latency_ms(self, q: float) -> float:
+        if not self.latencies_ms:
+            return float("nan")
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def summary(self) -> str:
+        return (
+            f"{self.submitted} workflows in {self.seconds:.1f} s "
+            f"({self.submissions_per_s:.1f}/s) from the clients; final states {self.final}; "
+            f"lost {self.lost}, duplicated {self.duplicated}; request latency p50 "
+            f"{self.latency_ms(0.5):.1f} ms, p99 {self.latency_ms(0.99):.1f} ms; orchestrator "
+            f"memory {min(self.rss_mb, default=0):.0f} -> peak {max(self.rss_mb, default=0):.0f} MB"
+        )
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process (Linux /proc), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def run_load(
+    clients: int = 4,
+    workflows_per_hour: float = 4500.0,
+    compression: float = 10.0,
+    duration_s: float = 30.0,
+    wait_s: float = 600.0,
+    cell: str = CELL,
+) -> LoadReport:
+    """Submit at ``workflows_per_hour * compression`` per hour of wall time for ``duration_s``."""
+    from . import api
+
+    image_id = api.deploy(api.create_workflow(cell, name="load-test"))
+    info = read_connection()
+    assert info is not None
+    interval = clients * 3600.0 / (workflows_per_hour * compression)  # per client
+    ids: list[str] = []
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    rss: list[float] = [rss_mb(info.pid)]
+    stop_sampling = threading.Event()
+
+    def sample_memory() -> None:
+        while not stop_sampling.wait(0.5):
+            try:
+                rss.append(rss_mb(info.pid))
+            except OSError:
+                return
+
+    def client_loop(index: int) -> None:
+        client = Client(autostart=False, info=info)
+        start = time.monotonic() + index * interval / clients  # spread the clients' phases
+        k = 0
+        try:
+            while (due := start + k * interval) < t0 + duration_s:
+                time.sleep(max(0.0, due - time.monotonic()))
+                workflow_id = "wf-" + uuid.uuid4().hex[:12]
+                sent = time.perf_counter()
+                try:
+                    client.request(P.Invoke(image_id=image_id, workflow_id=workflow_id), timeout=30)
+                except Exception as exc:  # counted and reported, the load goes on
+                    with lock:
+                        errors.append(f"{type(exc).__name__}: {exc}")
+                else:
+                    with lock:
+                        latencies.append((time.perf_counter() - sent) * 1000)
+                        ids.append(workflow_id)
+                k += 1
+        finally:
+            client.close()
+
+    sampler = threading.Thread(target=sample_memory, daemon=True)
+    sampler.start()
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=client_loop, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    submitted_for = time.monotonic() - t0
+    waiter = Client(autostart=False, info=info)
+    final: dict[str, int] = {}
+    deadline = time.monotonic() + wait_s
+    try:
+        for workflow_id in ids:
+            left = max(1.0, deadline - time.monotonic())
+            reply = waiter.request(
+                P.GetResults(workflow_id=workflow_id, wait_s=min(30.0, left)), timeout=60
+            )
+            while (
+                reply.state not in ("done", "failed", "cancelled") and time.monotonic() < deadline
+            ):
+                reply = waiter.request(
+                    P.GetResults(workflow_id=workflow_id, wait_s=30.0), timeout=60
+                )
+            final[reply.state] = final.get(reply.state, 0) + 1
+        listing = waiter.request(P.ListWorkflows(limit=len(ids) + 1000), timeout=60)
+    finally:
+        waiter.close()
+        stop_sampling.set()
+    listed = [w["id"] for w in listing.data["workflows"]]  # type: ignore[attr-defined]
+    mine = [w for w in listed if w in set(ids)]
+    return LoadReport(
+        submitted=len(ids),
+        final=final,
+        lost=len(set(ids) - set(mine)),
+        duplicated=len(mine) - len(set(mine)),
+        seconds=submitted_for,
+        latencies_ms=latencies,
+        rss_mb=rss,
+        errors=errors,
+    )
+
+
+def describe(report: LoadReport) -> dict[str, Any]:
+    return {
+        "submitted": report.submitted,
+        "final": report.final,
+        "lost": report.lost,
+        "duplicated": report.duplicated,
+        "p50_ms": round(report.latency_ms(0.5), 2),
+        "p99_ms": round(report.latency_ms(0.99), 2),
+        "mean_ms": round(statistics.fmean(report.latencies_ms), 2) if report.latencies_ms else None,
+        "rss_start_mb": round(report.rss_mb[0], 1) if report.rss_mb else None,
+        "rss_peak_mb": round(max(report.rss_mb), 1) if report.rss_mb else None,
+    }

@@ -1,0 +1,87 @@
+"""Users of a shared orchestrator see, follow and cancel only their own workflows."""
+
+import threading
+
+import pytest
+from helpers import wait_for
+
+from kernel_server import protocol as P
+from kernel_server import users
+from qonductor_jupyter import api
+from qonductor_jupyter import client as client_module
+from qonductor_jupyter.errors import QonductorError
+
+SLOW = "import time\ntime.sleep(30)\nfrom qiskit import QuantumCircuit\nq = QuantumCircuit(1)\n"
+SLOW += "q.measure_all()\nc = sample(q, shots=5)\n"
+
+
+@pytest.fixture
+def shared(tmp_path, monkeypatch):
+    monkeypatch.setenv("QONDUCTOR_HOME", str(tmp_path))
+    owner = client_module.start_server()
+    clients = {"owner": client_module.Client(autostart=False, info=owner)}
+    for name in ("alice", "bob"):
+        info = P.ConnectionInfo.read(users.add_user(name))
+        assert info.user == name and info.key != owner.key
+        clients[name] = client_module.Client(autostart=False, info=info)
+    try:
+        yield clients
+    finally:
+        for c in clients.values():
+            c.close()
+        client_module.stop_server()
+
+
+def as_user(monkeypatch, clients, name):
+    monkeypatch.setattr(client_module, "_default", clients[name])
+
+
+def test_each_user_sees_and_cancels_only_their_own(shared, monkeypatch):
+    as_user(monkeypatch, shared, "alice")
+    mine, _ = api.submit_cell(SLOW, {})
+    wait_for(lambda: api.workflow_status(mine) == "running", 60)
+
+    as_user(monkeypatch, shared, "bob")
+    assert mine not in [w["id"] for w in api.list_workflows()]
+    for attempt in (lambda: api.workflow_status(mine), lambda: api.cancel(mine)):
+        with pytest.raises(QonductorError, match="no workflow"):
+            attempt()
+
+    as_user(monkeypatch, shared, "owner")  # the orchestrator's own key sees everything
+    assert api.workflow_status(mine) == "running"
+
+    as_user(monkeypatch, shared, "alice")
+    assert [w["id"] for w in api.list_workflows()] == [mine]
+    api.cancel(mine)
+    assert api.wait(mine, 30).state == "cancelled"
+
+
+def test_events_reach_only_the_workflow_s_owner(shared, monkeypatch):
+    seen = {"alice": [], "bob": []}
+    subscriptions = [
+        shared[name].subscribe(lambda ev, name=name: seen[name].append(ev.workflow_id))
+        for name in ("alice", "bob")
+    ]
+    try:
+        as_user(monkeypatch, shared, "alice")
+        workflow_id, _ = api.submit_cell("x = 1\n" + SLOW.replace("30", "0"), {})
+        assert api.wait(workflow_id, 120).state == "done"
+        wait_for(lambda: workflow_id in seen["alice"], 10)
+        threading.Event().wait(0.5)
+        assert seen["bob"] == []  # signed with alice's key: bob's client cannot read them
+    finally:
+        for s in subscriptions:
+            s.close()
+
+
+def test_a_bad_user_name_and_an_unknown_user(shared, tmp_path):
+    with pytest.raises(ValueError, match="user names are"):
+        users.add_user("eve:admin")
+    forged = P.ConnectionInfo.read(users.add_user("mallory"))
+    users.remove_user("mallory")  # her key no longer opens anything
+    client = client_module.Client(autostart=False, info=forged)
+    try:
+        with pytest.raises(client_module.OrchestratorUnavailable):
+            client.request(P.ListWorkflows(), timeout=1, retries=0)
+    finally:
+        client.close()
