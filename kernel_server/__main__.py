@@ -30,6 +30,12 @@ def main(argv: list[str] | None = None) -> int:
         help="a Dask scheduler (tcp://HOST:8786) for classical steps and simulated-QPU runs; "
         "default: local process pools",
     )
+    parser.add_argument(
+        "--public-host",
+        default=os.environ.get("QONDUCTOR_PUBLIC_HOST") or None,
+        help="also listen on this host's address, with CURVE encryption and an allow-list of "
+        "client keys (qonductor server add-user), for users on other machines",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -44,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     kwargs: dict[str, Any] = {"placement": args.placement} if args.placement else {}
     # The command line wins over the fleet file's cluster entry.
+    if args.public_host:
+        kwargs["public_host"] = args.public_host
     cluster = args.cluster or fleet.cluster
     if cluster:
         kwargs["cluster"] = cluster

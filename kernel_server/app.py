@@ -58,8 +58,11 @@ class Orchestrator:
         qpu_workers: int = 2,
         placement: str = DEFAULT_PLACEMENT,
         cluster: str | None = None,
+        public_host: str | None = None,
     ):
         self.home = Path(home)
+        # Also listen on this host, with CURVE (kernel_server.curve), for users on other machines.
+        self.public_host = public_host
         self.home.mkdir(parents=True, exist_ok=True)
         os.chmod(self.home, 0o700)
         self.fleet_spec = fleet if isinstance(fleet, FleetSpec) else FleetSpec(tuple(fleet))
@@ -126,6 +129,7 @@ class Orchestrator:
         self.pub.setsockopt(zmq.LINGER, 0)
         pub_port = self.pub.bind_to_random_port(f"tcp://{host}")
         self.router_endpoint = f"tcp://{host}:{router_port}"
+        public = await self._listen_public() if self.public_host else {}
         key = P.new_key()
         self.signer = P.Signer(key.encode())
         # Users of a shared orchestrator each sign with their own key (users.json).
@@ -139,6 +143,7 @@ class Orchestrator:
             pid=os.getpid(),
             started_at=self.started_at,
             max_payload_bytes=self.limits.max_payload_bytes,
+            **public,
         )
         self.fleet_ready = asyncio.Event()
         self._spawn(self._load_fleet())
@@ -151,6 +156,31 @@ class Orchestrator:
         receiver.cancel()
         await self._close()
 
+    async def _listen_public(self) -> dict[str, str]:
+        """Bind the router and the event socket once more on the public host, speaking CURVE.
+
+        Options are copied into each endpoint when it is bound, so the loopback endpoints bound
+        before stay plain and the public ones, bound after these options, are CURVE only.
+        """
+        from zmq.auth.asyncio import AsyncioAuthenticator
+
+        from .curve import ZAP_DOMAIN, AllowList
+
+        public_key, secret_key = zmq.curve_keypair()
+        self.authenticator = AsyncioAuthenticator(self.ctx)
+        self.authenticator.start()
+        self.allow_list = AllowList(self.home)
+        self.authenticator.configure_curve_callback("*", credentials_provider=self.allow_list)
+        endpoints = {}
+        for name, sock in (("public_router", self.router), ("public_pub", self.pub)):
+            sock.curve_server = True
+            sock.curve_secretkey = secret_key
+            sock.zap_domain = ZAP_DOMAIN
+            port = sock.bind_to_random_port(f"tcp://{self.public_host}")
+            endpoints[name] = f"tcp://{self.public_host}:{port}"
+        log.info("CURVE endpoints on %s: %s", self.public_host, endpoints)
+        return {**endpoints, "curve_server_key": public_key.decode()}
+
     async def _close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
@@ -162,6 +192,8 @@ class Orchestrator:
             pass
         await self.compute.close()
         self._ibm_threads.shutdown(wait=False, cancel_futures=True)
+        if getattr(self, "authenticator", None) is not None:
+            self.authenticator.stop()
         self.router.close()
         self.pub.close()
         self.ctx.term()

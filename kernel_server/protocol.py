@@ -489,6 +489,13 @@ class ConnectionInfo:
     max_payload_bytes: int = MAX_PAYLOAD_BYTES
     # A shared orchestrator's user this file belongs to ("": the orchestrator's owner).
     user: str = ""
+    # CURVE (kernel_server.curve): the server's public key and, in a user's file, their key pair;
+    # in the owner's file, the endpoints on the public host (empty without one).
+    curve_server_key: str = ""
+    curve_public_key: str = ""
+    curve_secret_key: str = ""
+    public_router: str = ""
+    public_pub: str = ""
 
     def signer(self) -> Signer:
         return Signer(self.key.encode(), self.user)

@@ -53,14 +53,38 @@ def add_user(name: str) -> Path:
     users[name] = P.new_key()
     _write(users)
     path = P.qonductor_home() / "users" / f"{name}.json"
-    dataclasses.replace(owner, key=users[name], user=name).write(path)
+    mine = dataclasses.replace(owner, key=users[name], user=name)
+    if owner.public_router:  # a shared orchestrator: the user comes in over CURVE
+        import zmq
+
+        from .curve import read_allow_list, write_allow_list
+
+        public_key, secret_key = zmq.curve_keypair()
+        allowed = read_allow_list(P.qonductor_home())
+        allowed[name] = public_key.decode()
+        write_allow_list(P.qonductor_home(), allowed)
+        mine = dataclasses.replace(
+            mine,
+            router=owner.public_router,
+            pub=owner.public_pub,
+            curve_public_key=public_key.decode(),
+            curve_secret_key=secret_key.decode(),
+            public_router="",
+            public_pub="",
+        )
+    mine.write(path)
     return path
 
 
 def remove_user(name: str) -> bool:
+    from .curve import read_allow_list, write_allow_list
+
     users = _read()
     if users.pop(name, None) is None:
         return False
     _write(users)
+    allowed = read_allow_list(P.qonductor_home())
+    if allowed.pop(name, None) is not None:
+        write_allow_list(P.qonductor_home(), allowed)
     (P.qonductor_home() / "users" / f"{name}.json").unlink(missing_ok=True)
     return True

@@ -9,11 +9,16 @@ import time
 from pathlib import Path
 
 
-def server_command(action: str, fleet: str | None = None, cluster: str | None = None) -> str:
+def server_command(
+    action: str,
+    fleet: str | None = None,
+    cluster: str | None = None,
+    public_host: str | None = None,
+) -> str:
     from .client import server_status, start_server, stop_server
 
     if action == "start":
-        info = start_server(fleet, cluster=cluster)
+        info = start_server(fleet, cluster=cluster, public_host=public_host)
         status = server_status() or {}
         return (
             f"orchestrator running (pid {info.pid}) on {info.router}; "
@@ -129,6 +134,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="Dask scheduler address (tcp://HOST:8786) for classical steps and simulated-QPU runs",
     )
+    s.add_argument(
+        "--public-host",
+        default=None,
+        help="share the orchestrator: also listen on this address with CURVE and an allow-list",
+    )
     t = sub.add_parser("train", help="train a model shipped with the package")
     t.add_argument("model", choices=("runtime", "fidelity"), help="which model")
     t.add_argument("rest", nargs=argparse.REMAINDER, help="options of the trainer (--data, --out)")
@@ -159,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "server":
         if args.action in ("add-user", "remove-user"):
             return user_command(args.action, args.user)
-        print(server_command(args.action, args.fleet, args.cluster))
+        print(server_command(args.action, args.fleet, args.cluster, args.public_host))
         return 0
     from . import api
 

@@ -23,6 +23,7 @@ from typing import Any
 import zmq
 
 from kernel_server import protocol as P
+from kernel_server.curve import apply_client_keys
 
 
 class OrchestratorUnavailable(RuntimeError):
@@ -73,6 +74,7 @@ def ping(info: P.ConnectionInfo, timeout: float = 2.0) -> P.Pong | None:
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
+        apply_client_keys(sock, info)
         sock.connect(info.router)
         signer = info.signer()
         rid = P.new_request_id()
@@ -111,7 +113,10 @@ def server_status(timeout: float = 2.0) -> dict[str, Any] | None:
 
 
 def start_server(
-    fleet: str | None = None, timeout: float = 90.0, cluster: str | None = None
+    fleet: str | None = None,
+    timeout: float = 90.0,
+    cluster: str | None = None,
+    public_host: str | None = None,
 ) -> P.ConnectionInfo:
     """Return a live orchestrator's connection info, starting a detached one if none answers."""
     with _start_lock():
@@ -129,6 +134,8 @@ def start_server(
             cmd += ["--fleet", fleet]
         if cluster:
             cmd += ["--cluster", cluster]
+        if public_host:
+            cmd += ["--public-host", public_host]
         log_path = home / "server.log"
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
@@ -231,6 +238,7 @@ class Client:
         self._signer = info.signer()
         self._sock = zmq.Context.instance().socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        apply_client_keys(self._sock, info)
         self._sock.connect(info.router)
 
     def _recover(self) -> None:
@@ -318,6 +326,7 @@ class Subscription:
         sock = zmq.Context.instance().socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SUBSCRIBE, self._topic)
+        apply_client_keys(sock, self._info)
         sock.connect(self._info.pub)
         signer = self._info.signer()
         self._ready.set()

@@ -85,3 +85,37 @@ def test_a_bad_user_name_and_an_unknown_user(shared, tmp_path):
             client.request(P.ListWorkflows(), timeout=1, retries=0)
     finally:
         client.close()
+
+
+def test_a_public_endpoint_speaks_curve_to_allowed_keys_only(tmp_path, monkeypatch):
+    import zmq
+
+    monkeypatch.setenv("QONDUCTOR_HOME", str(tmp_path))
+    owner = client_module.start_server(public_host="127.0.0.1")
+    try:
+        assert owner.public_router and owner.curve_server_key
+        carol = P.ConnectionInfo.read(users.add_user("carol"))
+        assert carol.router == owner.public_router and carol.curve_secret_key
+        client = client_module.Client(autostart=False, info=carol)
+        assert client.request(P.ListWorkflows(), timeout=10).data["workflows"] == []
+        client.close()
+        # A key pair that is not on the allow-list, and a client without CURVE, get nothing.
+        public, secret = zmq.curve_keypair()
+        stranger = P.ConnectionInfo(**{**carol.__dict__, "curve_public_key": public.decode(),
+                                       "curve_secret_key": secret.decode()})  # fmt: skip
+        plain = P.ConnectionInfo(**{**carol.__dict__, "curve_server_key": ""})
+        for info in (stranger, plain):
+            other = client_module.Client(autostart=False, info=info)
+            with pytest.raises(client_module.OrchestratorUnavailable):
+                other.request(P.ListWorkflows(), timeout=1, retries=0)
+            other.close()
+        # Removing the user takes the key off the allow-list for new connections.
+        users.remove_user("carol")
+        late = client_module.Client(autostart=False, info=carol)
+        with pytest.raises(client_module.OrchestratorUnavailable):
+            late.request(P.ListWorkflows(), timeout=1, retries=0)
+        late.close()
+        # The loopback endpoints stay plain for the owner.
+        assert client_module.ping(owner, 5) is not None
+    finally:
+        client_module.stop_server()
