@@ -1,6 +1,7 @@
 """Signed messages: forged, replayed, stale and garbage frames are dropped, counted, never run."""
 
 import os
+import random
 import stat
 import time
 
@@ -117,6 +118,11 @@ def test_garbage_frames_do_not_stop_the_orchestrator(raw_socket):
     )
     for payload in (not_a_map, unknown_op):
         junk.append([signer.sign(payload), payload])
+    rng = random.Random(7)  # and a few hundred random frame sets
+    junk += [
+        [rng.randbytes(rng.randrange(0, 300)) for _ in range(rng.randrange(1, 5))]
+        for _ in range(300)
+    ]
     for frames in junk:
         raw_socket.send_multipart(frames)
     assert _answer(raw_socket, 500) is None
