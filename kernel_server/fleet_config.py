@@ -7,6 +7,7 @@
       execution_mode: batch        # job | batch (SamplerV2 in a Batch session)
       local_testing: false         # true: the names are fake backends run through
                                    # qiskit-ibm-runtime's local testing mode (no account)
+      billed: true                 # runs cost money (default: not local_testing)
       queue_refresh_s: 60          # how often queue lengths are read
       calibration_refresh_s: 3600  # how often calibrations are re-read
     background:                    # other users' jobs on each simulated QPU
@@ -47,6 +48,13 @@ class IBMFleet:
     local_testing: bool = False
     queue_refresh_s: float = 60.0
     calibration_refresh_s: float = 3600.0
+    # Whether runs cost money (the orchestrator then never runs a job there twice). Real IBM
+    # QPUs are billed; local testing is free unless billed: true rehearses a paid fleet.
+    billed: bool | None = None
+
+    @property
+    def is_billed(self) -> bool:
+        return (not self.local_testing) if self.billed is None else self.billed
 
 
 @dataclass(frozen=True)
@@ -85,7 +93,14 @@ class FleetSpec:
 
 _TOP = {"simulated", "ibm", "background", "prices", "cluster", "limits"}
 _LIMITS = {"max_qubits", "max_shots", "max_payload_bytes", "step_timeout_s"}
-_IBM = {"backends", "execution_mode", "local_testing", "queue_refresh_s", "calibration_refresh_s"}
+_IBM = {
+    "backends",
+    "execution_mode",
+    "local_testing",
+    "queue_refresh_s",
+    "calibration_refresh_s",
+    "billed",
+}
 _BACKGROUND = {"jobs_per_hour", "mean_runtime_s", "seed"}
 
 
@@ -128,8 +143,9 @@ def fleet_spec_from_dict(data: dict[str, Any], where: str = "fleet") -> FleetSpe
                 f"got {mode!r}"
             )
         local = section.get("local_testing", False)
-        if not isinstance(local, bool):
-            raise FleetConfigError(f"{where}.ibm.local_testing must be true or false")
+        billed = section.get("billed")
+        if not isinstance(local, bool) or not isinstance(billed, (bool, type(None))):
+            raise FleetConfigError(f"{where}.ibm.local_testing and .billed must be true or false")
         ibm = IBMFleet(
             backends=_names(f"{where}.ibm.backends", section.get("backends", [])),
             execution_mode=mode,
@@ -140,6 +156,7 @@ def fleet_spec_from_dict(data: dict[str, Any], where: str = "fleet") -> FleetSpe
             calibration_refresh_s=_positive(
                 f"{where}.ibm.calibration_refresh_s", section.get("calibration_refresh_s", 3600)
             ),
+            billed=billed,
         )
     background = None
     if data.get("background") is not None:

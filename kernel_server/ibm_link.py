@@ -50,7 +50,10 @@ class IBMLink:
             list_backends,
             calibration_interval_s=self.spec.calibration_refresh_s,
         )
-        return [d.info() for d in devices]
+        return [self._describe(d) for d in devices]
+
+    def _describe(self, device: ibm.IBMDevice) -> dict[str, Any]:
+        return {**device.info(), "billed": self.spec.is_billed}
 
     def execute(self, name: str, transpiled_blob: bytes, shots: int) -> Execution:
         """Run a QPU job's circuits (already laid out for this device) through the Sampler."""
@@ -74,4 +77,4 @@ class IBMLink:
 
     def info(self, name: str) -> dict[str, Any] | None:
         device = self.devices.get(name)
-        return None if device is None else device.info()
+        return None if device is None else self._describe(device)

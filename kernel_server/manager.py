@@ -153,10 +153,9 @@ class JobManager:
             self.adopt(run, self.store.workflow_inputs(workflow_id), row.get("options", {}), done)
 
     def _is_paid(self, qpu_name: str | None) -> bool:
-        """A real IBM QPU (not local testing): each run of a job there costs money."""
+        """Each run of a job on this QPU costs money (a real IBM QPU, unless configured else)."""
         qpu = self.qpus.get(qpu_name or "")
-        info = qpu.info if qpu is not None else {}
-        return info.get("kind") == "ibm" and not info.get("local_testing", False)
+        return bool(qpu is not None and qpu.info.get("billed", False))
 
     def _fail_paid_runs(self, run: WorkflowRun) -> bool:
         """A QPU job that was running on a paid QPU when the orchestrator stopped may have run

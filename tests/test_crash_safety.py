@@ -1,7 +1,6 @@
 """Accepted workflows survive a kill -9 of the orchestrator or of a worker, and cancellation
 reaches every child job."""
 
-import asyncio
 import os
 import signal
 import time
@@ -9,14 +8,9 @@ import time
 import pytest
 from helpers import wait_for
 
-from kernel_server.fleet import SimulatedQPU
-from kernel_server.jobs import JobRecord, JobState, WorkflowRun
-from kernel_server.manager import Executors, JobManager
-from kernel_server.store import Store
 from qonductor_jupyter import api
 from qonductor_jupyter import client as client_module
 from qonductor_jupyter.client import pid_alive, read_connection
-from qonductor_jupyter.splitter import split_cell
 
 
 def _cell(seconds: float, shots: int = 20) -> str:
@@ -97,52 +91,36 @@ def test_cancel_reaches_a_job_waiting_in_a_qpu_queue(tmp_path):
             client_module.stop_server()
 
 
-def test_a_job_that_was_running_on_a_paid_qpu_is_not_run_again(tmp_path):
-    """After a restart, a paid QPU job that may have run already fails its workflow with the
-    reason instead of being run (and billed) a second time."""
-    graph = split_cell(_cell(0)).to_dict()
-
-    async def scenario():
-        store = Store(tmp_path / "state.db")
-        run = WorkflowRun.new("wf-paid", "img", graph)
-        store.insert_workflow(run, "paid", {}, {})
-        quantum = next(s for s in graph["steps"] if s["kind"] != "classical")["id"]
-        for sid, job in run.steps.items():
-            if sid < quantum:
-                job.transition(JobState.QUEUED)
-                job.transition(JobState.RUNNING)
-                job.transition(JobState.DONE)
-                store.save_step_outputs(run.id, sid, {}, "")
-            elif sid == quantum:
-                job.transition(JobState.QUEUED)
-                job.transition(JobState.RUNNING)
-            store.save_job(job)
-        paid = JobRecord("qj-paid", run.id, "qpu", step_id=quantum, qpu="ibm_brisbane")
-        for state in (JobState.ESTIMATING, JobState.QUEUED, JobState.RUNNING):
-            paid.transition(state)
-        store.save_job(paid)
-
-        started = []
-
-        async def run_step(spec):
-            started.append(spec.step_id)
-
-        manager = JobManager(
-            store,
-            Executors(run_step=run_step, estimate=None, spawn=asyncio.ensure_future),
-            emit=lambda job, cause: None,
-            reply=None,
+def test_a_job_running_on_a_billed_qpu_is_not_run_again_after_a_crash(tmp_path, monkeypatch):
+    """kill -9 while a job runs on a billed IBM QPU (local testing mode, billed like a real one):
+    after the restart its workflow fails with the reason instead of running (and paying) twice."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "simulated: [fake_kolkata]\n"
+        "ibm: {backends: [fake_manila], local_testing: true, billed: true}\n"
+    )
+    monkeypatch.setenv("QONDUCTOR_HOME", str(tmp_path))
+    monkeypatch.setenv("QONDUCTOR_FLEET", str(fleet))  # the restarted orchestrator's fleet too
+    info = client_module.start_server()
+    monkeypatch.setattr(client_module, "_default", client_module.Client(info=info))
+    try:
+        cell = (
+            "from qiskit import QuantumCircuit\nq = QuantumCircuit(5)\nq.h(0)\n"
+            "for i in range(4):\n    q.cx(i, i + 1)\nq.measure_all()\n"
+            "counts = sample([q] * 8, shots=200000)\n"  # a few seconds on the QPU
         )
-        info = {"num_qubits": 127, "family": "Eagle", "kind": "ibm", "local_testing": False}
-        manager.qpus["ibm_brisbane"] = SimulatedQPU("ibm_brisbane", info)
-        manager.recover()
-        await asyncio.sleep(0.1)
-        row = store.workflow_row(run.id)
-        reloaded = store.load_run(run.id)
-        store.close()
-        return started, row, reloaded
+        workflow_id, _ = api.submit_cell(cell, {}, config={"qpu": {"backends": ["fake_manila"]}})
 
-    started, row, reloaded = asyncio.run(scenario())
-    assert started == []  # nothing was run again
-    assert row["state"] == "failed" and "not paid for twice" in row["error"]
-    assert reloaded.qpu_jobs["qj-paid"].state is JobState.FAILED
+        def qpu_jobs():
+            return [j for s in api.workflow_info(workflow_id).steps for j in s["qpu_jobs"]]
+
+        wait_for(lambda: [j["state"] for j in qpu_jobs()] == ["running"], 120)
+        os.kill(info.pid, signal.SIGKILL)
+        wait_for(lambda: not pid_alive(info.pid), 10)
+
+        reply = api.wait(workflow_id, 120)  # this request starts the new orchestrator
+        assert read_connection().pid != info.pid
+        assert reply.state == "failed" and "not paid for twice" in reply.error
+        assert [j["state"] for j in qpu_jobs()] == ["failed"]
+    finally:
+        client_module.stop_server()

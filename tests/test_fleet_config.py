@@ -72,10 +72,8 @@ def test_a_missing_or_broken_file(tmp_path):
 def test_background_jobs_occupy_a_simulated_qpu_in_fifo_order():
     async def scenario():
         qpu = SimulatedQPU("fake_kolkata", {"num_qubits": 27, "family": "Falcon"})
-        ran = []
-
-        async def execute(*args):
-            ran.append(args[0])
+        async def execute(*args):  # only other users' jobs are queued: none of ours runs
+            raise AssertionError("no job of ours was queued")
 
         runner = asyncio.ensure_future(qpu_runner(qpu, execute, lambda job: None))
         arrivals = asyncio.ensure_future(background_arrivals(qpu, 36000.0, 0.02, seed=3))
@@ -85,5 +83,5 @@ def test_background_jobs_occupy_a_simulated_qpu_in_fifo_order():
         return qpu
 
     qpu = asyncio.run(scenario())
-    # About 10 arrivals per second of about 20 ms each: the QPU was busy, nothing of ours ran.
+    # About 10 arrivals per second of about 20 ms each kept the QPU busy.
     assert qpu.jobs_done >= 3 and 0.02 < qpu.busy_s < 1.0
