@@ -281,31 +281,24 @@ def test_env_channel_is_checked(no_env_account, monkeypatch):
 
 
 def test_no_account_without_env_or_saved_accounts(no_env_account, monkeypatch, tmp_path):
-    from qiskit_ibm_runtime import QiskitRuntimeService
-
-    missing = tmp_path / "qiskit-ibm.json"
-    monkeypatch.setattr(ibm, "ACCOUNTS_FILE", missing)
+    accounts = tmp_path / "qiskit-ibm.json"
+    monkeypatch.setattr(ibm, "ACCOUNTS_FILE", accounts)
     assert ibm_account() is None
-    assert not missing.exists()  # saved_accounts() would have created it
-
-    missing.write_text("{}")
-    monkeypatch.setattr(QiskitRuntimeService, "saved_accounts", staticmethod(lambda **_: {}))
+    assert not accounts.exists()  # saved_accounts() would have created it
+    accounts.write_text("{}")
     assert ibm_account() is None
 
 
 def test_saved_account_is_found_and_loaded_by_name(no_env_account, monkeypatch, tmp_path):
-    import qiskit_ibm_runtime
+    from qiskit_ibm_runtime import QiskitRuntimeService
 
-    saved = {
-        "old": {"channel": "ibm_quantum", "token": TOKEN},  # legacy: skipped
-        "work": {"channel": "ibm_cloud", "token": TOKEN, "instance": "crn:v1:work"},
-    }
-    accounts_file = tmp_path / "qiskit-ibm.json"
-    accounts_file.write_text("{}")
-    monkeypatch.setattr(ibm, "ACCOUNTS_FILE", accounts_file)
-    monkeypatch.setattr(
-        qiskit_ibm_runtime.QiskitRuntimeService, "saved_accounts", staticmethod(lambda **_: saved)
-    )
+    accounts = tmp_path / "qiskit-ibm.json"
+    monkeypatch.setattr(ibm, "ACCOUNTS_FILE", accounts)
+    # A real account file, written by qiskit-ibm-runtime itself (no network).
+    QiskitRuntimeService.save_account(
+        token=TOKEN, channel="ibm_cloud", instance="crn:v1:work", name="work",
+        filename=str(accounts),
+    )  # fmt: skip
     account = ibm_account()
     assert (account.source, account.channel, account.instance) == (
         "saved:work",
@@ -313,16 +306,14 @@ def test_saved_account_is_found_and_loaded_by_name(no_env_account, monkeypatch, 
         "crn:v1:work",
     )
     assert account.token is None and TOKEN not in repr(account)
-
-    calls = []
-    monkeypatch.setattr(qiskit_ibm_runtime, "QiskitRuntimeService", lambda **kw: calls.append(kw))
-    account.service()
+    # Loaded by name from that file: the token is read by qiskit-ibm-runtime, never by us.
+    assert account.service_kwargs() == {"name": "work", "filename": str(accounts)}
     monkeypatch.setenv("QISKIT_IBM_TOKEN", TOKEN)
-    ibm_account().service()
-    assert calls == [
-        {"name": "work"},
-        {"channel": "ibm_quantum_platform", "token": TOKEN, "instance": None},
-    ]
+    assert ibm_account().service_kwargs() == {
+        "channel": "ibm_quantum_platform",
+        "token": TOKEN,
+        "instance": None,
+    }
 
 
 # --- loading -------------------------------------------------------------------------------------
@@ -344,18 +335,13 @@ def test_load_real_devices_needs_an_account(no_env_account, monkeypatch, tmp_pat
     assert "no IBM Quantum account" in str(info.value)
 
 
-def test_load_real_devices_asks_the_service(no_env_account, monkeypatch, fresh_backend):
-    import qiskit_ibm_runtime
+def test_load_real_devices_asks_the_service(fresh_backend):
+    """The IBM cloud edge: a service standing in for QiskitRuntimeService hands out backends."""
 
     class Service:
-        def __init__(self, **kwargs) -> None:
-            pass
-
         def backend(self, name: str):
             assert name == "fake_manila"
             return fresh_backend
 
-    monkeypatch.setattr(qiskit_ibm_runtime, "QiskitRuntimeService", Service)
-    monkeypatch.setenv("QISKIT_IBM_TOKEN", TOKEN)
-    (device,) = load_ibm_devices(["fake_manila"], local_testing=False)
+    (device,) = load_ibm_devices(["fake_manila"], local_testing=False, service=Service())
     assert device.backend is fresh_backend

@@ -63,13 +63,18 @@ class IBMAccount:
     # Only set for "env": a saved account is loaded by name, so its token stays in the file.
     token: str | None = field(default=None, repr=False)
 
+    def service_kwargs(self) -> dict[str, Any]:
+        """What QiskitRuntimeService is built from: a saved account by name (its token stays in
+        the file), or the environment's channel, token and instance."""
+        if self.source.startswith("saved:"):
+            return {"name": self.source.removeprefix("saved:"), "filename": str(ACCOUNTS_FILE)}
+        return {"channel": self.channel, "token": self.token, "instance": self.instance}
+
     def service(self) -> QiskitRuntimeService:
         """Connect to IBM Quantum (the first network call)."""
         from qiskit_ibm_runtime import QiskitRuntimeService
 
-        if self.source.startswith("saved:"):
-            return QiskitRuntimeService(name=self.source.removeprefix("saved:"))
-        return QiskitRuntimeService(channel=self.channel, token=self.token, instance=self.instance)
+        return QiskitRuntimeService(**self.service_kwargs())
 
 
 def ibm_account() -> IBMAccount | None:
@@ -94,7 +99,7 @@ def _saved_account() -> IBMAccount | None:
     from qiskit_ibm_runtime import QiskitRuntimeService
 
     try:
-        saved = QiskitRuntimeService.saved_accounts()
+        saved = QiskitRuntimeService.saved_accounts(filename=str(ACCOUNTS_FILE))
     except Exception as exc:  # a malformed file: report its kind only, it holds tokens
         logger.warning("IBM Quantum account file unreadable (%s)", type(exc).__name__)
         return None
@@ -429,9 +434,13 @@ class IBMDeviceManager:
 
 
 def load_ibm_devices(
-    names: Sequence[str], local_testing: bool, execution_mode: ExecutionMode = "job"
+    names: Sequence[str],
+    local_testing: bool,
+    execution_mode: ExecutionMode = "job",
+    service: Any = None,
 ) -> list[IBMDevice]:
-    """The named IBM devices: fake backends in local testing mode, else the account's backends."""
+    """The named IBM devices: fake backends in local testing mode, else the backends of
+    ``service`` (default: the configured account's QiskitRuntimeService)."""
     if execution_mode not in EXECUTION_MODES:
         raise ValueError(
             f"execution_mode must be one of {', '.join(EXECUTION_MODES)}, got {execution_mode!r}"
@@ -440,8 +449,9 @@ def load_ibm_devices(
         from kernel_server.workers.devices import load_backend
 
         return [IBMDevice(load_backend(name), execution_mode) for name in names]
-    account = ibm_account()
-    if account is None:
-        raise NoIBMAccountError(NO_ACCOUNT_MESSAGE)
-    service = account.service()
+    if service is None:
+        account = ibm_account()
+        if account is None:
+            raise NoIBMAccountError(NO_ACCOUNT_MESSAGE)
+        service = account.service()
     return [IBMDevice(service.backend(name), execution_mode) for name in names]
