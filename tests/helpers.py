@@ -1,5 +1,7 @@
 """Assertions shared by the end-to-end tests."""
 
+from contextlib import contextmanager
+
 
 def assert_mostly_zero(counts: dict, shots: int) -> None:
     """A |0> circuit on a noisy QPU: every shot came back, and readout flips are rare.
@@ -20,3 +22,21 @@ def wait_for(predicate, seconds: float = 90.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(0.05)
+
+
+@contextmanager
+def orchestrator_in(home, **start):
+    """An orchestrator of its own in ``home`` (``start``: start_server's fleet, cluster, ...),
+    with the process-wide client pointed at it; stopped afterwards."""
+    import pytest
+
+    from qonductor_jupyter import client as client_module
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("QONDUCTOR_HOME", str(home))
+        info = client_module.start_server(**start)
+        mp.setattr(client_module, "_default", client_module.Client(info=info))
+        try:
+            yield info
+        finally:
+            client_module.stop_server()

@@ -6,7 +6,7 @@ import signal
 import time
 
 import pytest
-from helpers import wait_for
+from helpers import orchestrator_in, wait_for
 
 from qonductor_jupyter import api
 from qonductor_jupyter import client as client_module
@@ -23,14 +23,8 @@ def _cell(seconds: float, shots: int = 20) -> str:
 @pytest.fixture
 def own_orchestrator(tmp_path):
     """An orchestrator in a home of its own: these tests kill it."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("QONDUCTOR_HOME", str(tmp_path))
-        info = client_module.start_server()
-        mp.setattr(client_module, "_default", client_module.Client(info=info))
-        try:
-            yield info
-        finally:
-            client_module.stop_server()
+    with orchestrator_in(tmp_path) as info:
+        yield info
 
 
 def test_kill_9_with_20_workflows_queued_or_running(own_orchestrator):
@@ -71,24 +65,18 @@ def test_cancel_reaches_a_job_waiting_in_a_qpu_queue(tmp_path):
     fleet.write_text(
         "simulated: [fake_kolkata]\nbackground: {jobs_per_hour: 7200, mean_runtime_s: 4}\n"
     )
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("QONDUCTOR_HOME", str(tmp_path))
-        info = client_module.start_server(fleet=str(fleet))
-        mp.setattr(client_module, "_default", client_module.Client(info=info))
-        try:
-            workflow_id, _ = api.submit_cell(_cell(0), {})
+    with orchestrator_in(tmp_path, fleet=str(fleet)):
+        workflow_id, _ = api.submit_cell(_cell(0), {})
 
-            def qpu_jobs():
-                return [j for s in api.workflow_info(workflow_id).steps for j in s["qpu_jobs"]]
+        def qpu_jobs():
+            return [j for s in api.workflow_info(workflow_id).steps for j in s["qpu_jobs"]]
 
-            wait_for(lambda: [j["state"] for j in qpu_jobs()] == ["queued"], 120)
-            api.cancel(workflow_id)
-            assert api.wait(workflow_id, 30).state == "cancelled"
-            time.sleep(3)  # long enough for the QPU to have reached it, had it stayed queued
-            (job,) = qpu_jobs()
-            assert job["state"] == "cancelled" and job["run_s"] is None  # it never ran
-        finally:
-            client_module.stop_server()
+        wait_for(lambda: [j["state"] for j in qpu_jobs()] == ["queued"], 120)
+        api.cancel(workflow_id)
+        assert api.wait(workflow_id, 30).state == "cancelled"
+        time.sleep(3)  # long enough for the QPU to have reached it, had it stayed queued
+        (job,) = qpu_jobs()
+        assert job["state"] == "cancelled" and job["run_s"] is None  # it never ran
 
 
 def test_a_job_running_on_a_billed_qpu_is_not_run_again_after_a_crash(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ import time
 
 import distributed
 import pytest
-from helpers import wait_for
+from helpers import orchestrator_in, wait_for
 
 from qonductor_jupyter import api
 from qonductor_jupyter import client as client_module
@@ -28,16 +28,14 @@ def dask_orchestrator(tmp_path_factory):
         dashboard_address=":0",
     )
     dask = distributed.Client(cluster)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("QONDUCTOR_HOME", str(tmp_path_factory.mktemp("dask-home")))
-        info = client_module.start_server(cluster=cluster.scheduler_address)
-        mp.setattr(client_module, "_default", client_module.Client(info=info))
-        try:
+    try:
+        with orchestrator_in(
+            tmp_path_factory.mktemp("dask-home"), cluster=cluster.scheduler_address
+        ):
             yield dask
-        finally:
-            client_module.stop_server()
-            dask.close()
-            cluster.close()
+    finally:
+        dask.close()
+        cluster.close()
 
 
 def _steps(workflow_id):

@@ -72,6 +72,7 @@ def test_a_missing_or_broken_file(tmp_path):
 def test_background_jobs_occupy_a_simulated_qpu_in_fifo_order():
     async def scenario():
         qpu = SimulatedQPU("fake_kolkata", {"num_qubits": 27, "family": "Falcon"})
+
         async def execute(*args):  # only other users' jobs are queued: none of ours runs
             raise AssertionError("no job of ours was queued")
 

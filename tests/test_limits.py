@@ -1,9 +1,9 @@
 """Oversized requests are refused before any work starts; a step that never ends is stopped."""
 
 import pytest
+from helpers import orchestrator_in
 
 from qonductor_jupyter import api
-from qonductor_jupyter import client as client_module
 from qonductor_jupyter.errors import InputError, QonductorError
 
 FLEET = """\
@@ -20,14 +20,8 @@ limits:
 def limited(tmp_path_factory):
     home = tmp_path_factory.mktemp("limited-home")
     (home / "fleet.yaml").write_text(FLEET)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("QONDUCTOR_HOME", str(home))
-        info = client_module.start_server(fleet=str(home / "fleet.yaml"))
-        mp.setattr(client_module, "_default", client_module.Client(info=info))
-        try:
-            yield info
-        finally:
-            client_module.stop_server()
+    with orchestrator_in(home, fleet=str(home / "fleet.yaml")) as info:
+        yield info
 
 
 def _circuit_cell(qubits, shots):

@@ -1,21 +1,15 @@
 """4500 workflows per hour (compressed 10x) from four concurrent clients: nothing lost."""
 
 import pytest
+from helpers import orchestrator_in
 
-from qonductor_jupyter import client as client_module
 from qonductor_jupyter.loadtest import run_load
 
 
 @pytest.fixture
 def own_orchestrator(tmp_path):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("QONDUCTOR_HOME", str(tmp_path))
-        info = client_module.start_server()
-        mp.setattr(client_module, "_default", client_module.Client(info=info))
-        try:
-            yield info
-        finally:
-            client_module.stop_server()
+    with orchestrator_in(tmp_path) as info:
+        yield info
 
 
 def test_load_from_concurrent_clients_loses_and_duplicates_nothing(own_orchestrator):

@@ -4,6 +4,7 @@ mode (a fake backend as the Sampler's mode: the code path that talks to IBM, wit
 import asyncio
 
 import pytest
+from helpers import orchestrator_in
 
 from kernel_server.app import Orchestrator
 from kernel_server.fleet import QueuedJob
@@ -11,7 +12,6 @@ from kernel_server.fleet_config import FleetSpec, IBMFleet
 from kernel_server.jobs import JobRecord
 from kernel_server.workers.ibm import DeviceChange
 from qonductor_jupyter import api
-from qonductor_jupyter import client as client_module
 
 FLEET = """\
 simulated: [fake_kolkata]
@@ -28,14 +28,8 @@ def mixed_orchestrator(tmp_path_factory):
     home = tmp_path_factory.mktemp("mixed-home")
     fleet = home / "fleet.yaml"
     fleet.write_text(FLEET)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("QONDUCTOR_HOME", str(home))
-        info = client_module.start_server(fleet=str(fleet))
-        mp.setattr(client_module, "_default", client_module.Client(info=info))
-        try:
-            yield
-        finally:
-            client_module.stop_server()
+    with orchestrator_in(home, fleet=str(fleet)):
+        yield
 
 
 def test_the_fleet_lists_simulated_and_ibm_qpus(mixed_orchestrator):
