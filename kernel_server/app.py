@@ -375,38 +375,12 @@ class Orchestrator:
             await asyncio.sleep(self.ibm.spec.queue_refresh_s)
 
     def _apply_ibm_change(self, change: Any) -> None:
-        q = self.qpus.get(change.name)
-        if q is None:
-            return
-        if change.kind == "queue":
-            q.external_pending = int(change.detail.get("pending_jobs", 0))
-        elif change.kind in ("offline", "online"):
-            q.online = change.kind == "online"
-            log.info("IBM QPU %s is %s (%s)", q.name, change.kind, change.detail.get("message"))
-        elif change.kind == "calibration":
-            info = self.ibm.info(q.name) if self.ibm else None
-            if info is not None:
-                q.info.update(info)
-                self.store.upsert_device(q.info)
-            log.info("IBM QPU %s has a new calibration %s", q.name, q.info.get("calibration_id"))
-        elif change.kind == "retired":
-            self._retire_qpu(q)
-
-    def _retire_qpu(self, q: SimulatedQPU) -> None:
-        """A backend that left IBM's service leaves the fleet; its waiting jobs fail with why."""
-        q.online = False
-        del self.qpus[q.name]
-        runner = self._runners.pop(q.name, None)
-        if runner is not None:
-            runner.cancel()
-        reason = f"QPU {q.name} was retired by IBM Quantum while the job waited; run it again"
-        if q.running is not None and not q.running.done.done():
-            q.running.done.set_exception(RuntimeError(reason))
-        while not q.queue.empty():
-            item = q.queue.get_nowait()
-            if not item.done.done():
-                item.done.set_exception(RuntimeError(reason))
-        log.warning("IBM QPU %s retired: it left the fleet", q.name)
+        assert self.ibm is not None
+        retired = self.ibm.apply(change, self.qpus, self.store)
+        if retired is not None:
+            runner = self._runners.pop(retired.name, None)
+            if runner is not None:
+                runner.cancel()
 
     # ------------------------------------------------------------------ simple requests
     async def h_ping(self, msg: P.Ping, identity: bytes, rid: str) -> P.Message:

@@ -77,7 +77,7 @@ class LocalCompute:
             return await self.loop.run_in_executor(getattr(self, which), fn, *args)
 
     def nodes(self) -> list[ClassicalNode]:
-        return [local_node()]
+        return self.cluster.nodes
 
     def cluster_for(self, kind: str) -> ClassicalCluster:
         return self.cluster

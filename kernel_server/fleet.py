@@ -73,6 +73,15 @@ class SimulatedQPU:
             start += max(0.0, self.ema_run_s - (time.time() - self.running_since))
         return ahead, start
 
+    def fail_waiting(self, reason: str) -> None:
+        """The QPU leaves the fleet: the job on it and every job in its queue fail with why."""
+        items = [self.running] if self.running is not None else []
+        while not self.queue.empty():
+            items.append(self.queue.get_nowait())
+        for item in items:
+            if not item.done.done():
+                item.done.set_exception(RuntimeError(reason))
+
     def record_run(self, seconds: float) -> None:
         self.jobs_done += 1
         self.busy_s += seconds

@@ -11,7 +11,9 @@ from typing import Any
 
 import cloudpickle
 
+from .fleet import SimulatedQPU
 from .fleet_config import IBMFleet
+from .store import Store
 from .workers import ibm
 from .workers.qpu import Execution
 
@@ -74,6 +76,35 @@ class IBMLink:
             if change.kind == "retired":
                 self.devices.pop(change.name, None)
         return changes
+
+    def apply(
+        self, change: ibm.DeviceChange, qpus: dict[str, SimulatedQPU], store: Store
+    ) -> SimulatedQPU | None:
+        """Apply one polled change to the fleet; returns the QPU if it was retired (and so
+        removed from ``qpus``; its waiting jobs failed with the reason)."""
+        q = qpus.get(change.name)
+        if q is None:
+            return None
+        if change.kind == "queue":
+            q.external_pending = int(change.detail.get("pending_jobs", 0))
+        elif change.kind in ("offline", "online"):
+            q.online = change.kind == "online"
+            log.info("IBM QPU %s is %s (%s)", q.name, change.kind, change.detail.get("message"))
+        elif change.kind == "calibration":
+            info = self.info(q.name)
+            if info is not None:
+                q.info.update(info)
+                store.upsert_device(q.info)
+            log.info("IBM QPU %s has a new calibration %s", q.name, q.info.get("calibration_id"))
+        elif change.kind == "retired":
+            q.online = False
+            del qpus[q.name]
+            q.fail_waiting(
+                f"QPU {q.name} was retired by IBM Quantum while the job waited; run it again"
+            )
+            log.warning("IBM QPU %s retired: it left the fleet", q.name)
+            return q
+        return None
 
     def info(self, name: str) -> dict[str, Any] | None:
         device = self.devices.get(name)

@@ -132,7 +132,7 @@ class WorkerLink:
         except RequestTooLarge as exc:
             raise QuantumCallError(str(exc)) from None
         self.sock.send_multipart(frames)
-        with _thread_slot_released():
+        with _others_may_run():
             while True:
                 env = decode(self.sock.recv_multipart(), self.signer)
                 if env.request_id != rid:
@@ -143,7 +143,7 @@ class WorkerLink:
 
 
 @contextlib.contextmanager
-def _thread_slot_released() -> Any:
+def _others_may_run() -> Any:
     """Let other work of this process run while the step waits for its QPU job."""
     _EXCLUSIVE.release()
     try:
