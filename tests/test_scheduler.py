@@ -8,6 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
+from kernel_server.scheduler import SchedulingError, SchedulingProblem, nsga2_schedule
 from kernel_server.scheduler.cycle import (
     CLOUD_TRIGGERS,
     INTERACTIVE_TRIGGERS,
@@ -18,13 +19,11 @@ from kernel_server.scheduler.cycle import (
 from kernel_server.scheduler.nsga2 import (
     best_fidelity_assignment,
     earliest_completion_assignment,
-    nsga2_schedule,
     preference_weights,
     pseudo_weights,
     select,
 )
 from kernel_server.scheduler.policies import POLICIES, PolicyState, get_policy
-from kernel_server.scheduler.problem import SchedulingError, SchedulingProblem
 
 
 def two_by_three() -> SchedulingProblem:
