@@ -234,3 +234,120 @@ def test_dispatcher_gathers_concurrent_jobs_into_one_cycle_and_places_a_lone_job
     assert names[:3] == ["good", "good", "good"]  # jct: the idle QPU beats a 500 s queue
     assert names[3] == "busy"  # never a QPU the job may not use
     assert lone_seconds < 1.0
+
+
+# --------------------------------------------------------------------------------------------
+# Load balancing (a constraint of the cycle problem, off unless ``balance`` is set)
+# --------------------------------------------------------------------------------------------
+
+
+def three_qpus_with_history(balance: float | None = 0.1) -> SchedulingProblem:
+    # Two 10 s jobs; the QPUs already carried 0, 30 and 100 s in the window.
+    return SchedulingProblem(
+        wait=[0.0, 0.0, 0.0],
+        qpu_qubits=[5, 5, 5],
+        job_qubits=[2, 2],
+        runtime=[[10.0, 10.0, 10.0], [10.0, 10.0, 10.0]],
+        fidelity=[[0.9, 0.8, 0.7], [0.9, 0.8, 0.7]],
+        load=[0.0, 30.0, 100.0],
+        balance=balance,
+    )
+
+
+def test_even_level_fills_the_least_loaded_qpus_first() -> None:
+    p = three_qpus_with_history()
+    # 20 s fill QPU 0 to 20; 0 s leave the level at the lowest load; 200 s lift all three to
+    # (200 + 130) / 3 = 110; 60 s fill QPUs 0 and 1 to (60 + 30) / 2 = 45.
+    assert p.even_level(np.array([20.0, 0.0, 200.0, 60.0])).tolist() == pytest.approx(
+        [20.0, 0.0, 110.0, 45.0]
+    )
+
+
+def test_load_excess_by_hand() -> None:
+    p = three_qpus_with_history(balance=0.1)
+    x = np.array([[0, 0], [1, 1], [0, 1], [2, 2]])
+    # Level 20 s for the cycle's 20 s: cap 22, floor 18, each give or take one 10 s job.
+    # [0, 0]: QPU 0 ends at 20 <= 22 + 10; QPU 1 holds 30, above the floor: 0.
+    # [1, 1]: QPU 1 ends at 50 - 22 - 10 = 18 over; QPU 0 at 0, 18 - 0 - 10 = 8 under: 18.
+    # [0, 1]: QPU 1 ends at 40 - 22 - 10 = 8 over.  [2, 2]: 120 - 22 - 10 = 88 over.
+    assert p.load_excess(x).tolist() == pytest.approx([0.0, 18.0, 8.0, 88.0])
+    assert three_qpus_with_history(balance=None).load_excess(x).tolist() == [0, 0, 0, 0]
+    # The objectives do not change with balancing: it constrains, it does not score.
+    assert np.allclose(p.evaluate(x), three_qpus_with_history(None).evaluate(x))
+
+
+def test_balance_and_load_are_validated() -> None:
+    with pytest.raises(SchedulingError, match="load must hold 3"):
+        SchedulingProblem([0, 0, 0], [5, 5, 5], [2], [[1, 1, 1]], [[1, 1, 1]], load=[1, 2])
+    with pytest.raises(SchedulingError, match="balance is a tolerance"):
+        SchedulingProblem([0], [5], [2], [[1]], [[1]], balance=-0.1)
+
+
+def favourite_qpu_cycle(balance: float | None, n: int = 60, q: int = 4) -> SchedulingProblem:
+    # QPU 0 is everyone's best; runtimes equal; the fleet idle: without balancing, the jobs pile
+    # on QPU 0 as far as the JCT objective lets them.
+    rng = np.random.default_rng(5)
+    fidelity = np.clip(np.linspace(0.95, 0.80, q)[None, :] + rng.normal(0, 0.02, (n, q)), 0, 1)
+    return SchedulingProblem(
+        wait=np.zeros(q),
+        qpu_qubits=np.full(q, 27),
+        job_qubits=rng.integers(2, 20, n),
+        runtime=rng.uniform(2.0, 6.0, (n, 1)) * np.ones((1, q)),
+        fidelity=fidelity,
+        load=np.array([300.0, 0.0, 0.0, 0.0]),  # QPU 0 was busier this hour
+        balance=balance,
+    )
+
+
+def qpu_loads(p: SchedulingProblem, assignment: np.ndarray) -> np.ndarray:
+    work = p.runtime[np.arange(p.num_jobs), assignment]
+    return p.load + np.bincount(assignment, weights=work, minlength=p.num_qpus)
+
+
+@pytest.mark.parametrize("preference", ["jct", "balanced", "fidelity"])
+def test_balanced_schedules_even_out_the_window_load(preference: str) -> None:
+    free = nsga2_schedule(favourite_qpu_cycle(None), preference="fidelity", seed=1)
+    p = favourite_qpu_cycle(0.05)
+    result = nsga2_schedule(p, preference=preference, seed=1)
+    # Every schedule on the front keeps the balance; the unbalanced search's choice did not.
+    assert (p.load_excess(result.front_assignments) == 0).all()
+    assert p.load_excess(free.assignment[None, :])[0] > 0
+    # QPU 0 came in 300 s ahead, above the even level: it takes nothing of this cycle; the
+    # others end within 5% of the level, give or take one job (at most 6 s).
+    assert (result.assignment == 0).sum() == 0
+    loads = qpu_loads(p, result.assignment)[1:]
+    level = p.even_level(np.array([loads.sum()]))[0]
+    assert level * 0.95 - 6.0 <= loads.min() and loads.max() <= level * 1.05 + 6.0
+
+
+def test_balanced_fidelity_lp_seed_is_balanced_and_beats_the_greedy_one() -> None:
+    from kernel_server.scheduler.nsga2 import balanced_assignment, balanced_fidelity_lp
+
+    p = favourite_qpu_cycle(0.05)
+    lp = balanced_fidelity_lp(p)
+    greedy = balanced_assignment(p)
+    assert lp is not None
+    assert p.load_excess(lp[None, :])[0] <= 6.0  # rounding moves at most a job or so
+    assert p.evaluate(lp)[1] <= p.evaluate(greedy)[1] + 1e-9
+    # Only a 5-qubit QPU has room and the jobs are wider: no balanced schedule, no LP seed; the
+    # scheduler still places every job, as evenly as it can.
+    stuck = favourite_qpu_cycle(0.05)
+    stuck = SchedulingProblem(
+        stuck.wait, [27, 27, 27, 5], np.maximum(stuck.job_qubits, 6), stuck.runtime,
+        stuck.fidelity, load=[1000.0, 1000.0, 1000.0, 0.0], balance=0.05,
+    )  # fmt: skip
+    assert balanced_fidelity_lp(stuck) is None
+    placed = nsga2_schedule(stuck, seed=1).assignment
+    assert len(placed) == stuck.num_jobs and (placed != 3).all()
+
+
+def test_a_lone_job_on_an_idle_fleet_still_gets_its_best_qpu_when_balancing() -> None:
+    p = SchedulingProblem(
+        wait=[0.0, 0.0, 0.0],
+        qpu_qubits=[27, 27, 27],
+        job_qubits=[5],
+        runtime=[[4.0, 4.0, 4.0]],
+        fidelity=[[0.8, 0.9, 0.85]],
+        balance=0.05,
+    )
+    assert nsga2_schedule(p, preference="fidelity").assignment.tolist() == [1]

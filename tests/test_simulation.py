@@ -59,6 +59,17 @@ def test_fcfs_piles_on_the_best_qpu_and_qonductor_trades_a_little_fidelity_for_j
     assert qon["mean_utilization"] > fcfs["mean_utilization"]
 
 
+def test_load_balancing_evens_the_hour_out() -> None:
+    w = workload()
+    free = simulate(w, "qonductor", seed=1, triggers=FAST, nsga2_options=QUICK, balance=None)
+    even = simulate(w, "qonductor", seed=1, triggers=FAST, nsga2_options=QUICK, balance=0.05)
+    # Unbalanced, the favourite QPU carries most of the work; balanced, every QPU within ~15%
+    # (5% per cycle, give or take a job, and real run times off their estimates).
+    assert free.metrics()["max_load_difference"] > 0.5
+    assert even.metrics()["max_load_difference"] < 0.2
+    assert even.metrics()["completed"] == w.num_jobs
+
+
 def test_reserved_qpu_starts_nothing_in_its_window() -> None:
     w = workload()
     window = Reservation("best", 100.0, 400.0)
@@ -70,7 +81,8 @@ def test_reserved_qpu_starts_nothing_in_its_window() -> None:
 
 def test_calibration_crossover_moves_waiting_jobs() -> None:
     w = workload(n=150)
-    # QPU 0 recalibrates at 5 min and loses a lot: jobs waiting on it are placed again.
+    # QPU 0 recalibrates at 5 min and loses a lot: jobs waiting on it are placed again. Without
+    # load balancing, so that jobs queue up on the favourite QPU.
     run = simulate(
         w,
         "qonductor",
@@ -79,6 +91,7 @@ def test_calibration_crossover_moves_waiting_jobs() -> None:
         nsga2_options=QUICK,
         calibrations=[(300.0, 0)],
         drift_sigma=0.0,
+        balance=None,
     )
     assert run.metrics()["completed"] == w.num_jobs
     worse = simulate(
@@ -89,6 +102,7 @@ def test_calibration_crossover_moves_waiting_jobs() -> None:
         nsga2_options=QUICK,
         calibrations=[(300.0, 0)],
         drift_sigma=2.0,
+        balance=None,
     )
     assert worse.metrics()["completed"] == w.num_jobs
     assert worse.crossover_moves > 0
@@ -104,7 +118,7 @@ def test_background_load_matches_its_utilisation() -> None:
 
 
 def test_simulate_command_writes_results_and_plots(tmp_path, monkeypatch, capsys) -> None:
-    from kernel_server.simulation.cli import main
+    from kernel_server.simulation.cli import build_parser, main
 
     monkeypatch.setenv("QONDUCTOR_HOME", str(tmp_path / "home"))
     out = tmp_path / "results.json"
@@ -127,3 +141,7 @@ def test_simulate_command_writes_results_and_plots(tmp_path, monkeypatch, capsys
     assert len(list((tmp_path / "plots").glob("*.png"))) == 3
     assert main(["--policies", "sjf", "--qpus", "2"]) == 2
     assert "unknown policy 'sjf'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--balance", "lots"])
+    assert "a tolerance >= 0 such as 0.1, or 'off'" in capsys.readouterr().err
+    assert build_parser().parse_args(["--balance", "off"]).balance is None

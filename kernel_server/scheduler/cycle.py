@@ -68,6 +68,9 @@ class QPUView:
     wait_s: float  # until its queue clears (including any reservation that blocks it)
     pending: int = 0  # jobs queued or running
     online: bool = True  # False while offline or reserved
+    # Seconds of work it ran in the balancing window (ours and other users'); with ``wait_s`` the
+    # load that load balancing evens out. 0 where nobody measures it (balancing then sees queues).
+    recent_busy_s: float = 0.0
 
 
 @dataclass
@@ -128,6 +131,8 @@ def run_cycle(
         fidelity=fidelity[np.ix_(rows, columns)],
         offset=None if offsets is None else np.asarray(offsets, dtype=float)[rows],
         jct_model=state.extra.get("jct_model", "fifo"),
+        load=np.asarray([qpus[c].recent_busy_s + qpus[c].wait_s for c in columns]),
+        balance=state.extra.get("balance"),
     )
     state.pending = np.asarray([qpus[c].pending for c in columns])
     t1 = time.perf_counter()

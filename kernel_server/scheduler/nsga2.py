@@ -150,6 +150,85 @@ def earliest_completion_assignment(
     return out
 
 
+def balanced_assignment(problem: SchedulingProblem, fidelity_first: bool = True) -> np.ndarray:
+    """A greedy schedule within the load-balance caps (seeds the search when ``balance`` is set).
+
+    Jobs with the most fidelity to lose go first; each takes its best QPU (highest fidelity, or
+    earliest completion with ``fidelity_first=False``) among those still under their cap, where
+    the cap is the even level of the window's load plus this cycle's work at best fidelity.
+    """
+    tolerance = problem.balance or 0.0
+    rows = np.arange(problem.num_jobs)
+    masked = np.where(problem.feasible, problem.fidelity, -np.inf)
+    best = np.argmax(masked, axis=1)
+    added = problem.runtime[rows, best].sum()
+    cap = float(problem.even_level(np.asarray([added]))[0]) * (1.0 + tolerance)
+    top2 = np.sort(masked, axis=1)[:, -2:] if problem.num_qpus > 1 else np.zeros((len(rows), 2))
+    regret = np.where(np.isfinite(top2[:, 0]), top2[:, 1] - top2[:, 0], np.inf)
+    carried = problem.load.astype(float).copy()
+    free = problem.wait.astype(float).copy()
+    out = np.empty(problem.num_jobs, dtype=int)
+    for i in np.argsort(-regret, kind="stable"):
+        room = problem.feasible[i] & (carried < cap)
+        if not room.any():  # every wide-enough QPU is at its cap: the one that stays lowest
+            after = np.where(problem.feasible[i], carried + problem.runtime[i], np.inf)
+            room = after == after.min()
+        if fidelity_first:
+            q = int(np.argmax(np.where(room, problem.fidelity[i], -np.inf)))
+        else:
+            q = int(np.argmin(np.where(room, free + problem.runtime[i], np.inf)))
+        out[i] = q
+        carried[q] += problem.runtime[i, q]
+        free[q] += problem.runtime[i, q]
+    return out
+
+
+def balanced_fidelity_lp(problem: SchedulingProblem) -> np.ndarray | None:
+    """Highest mean fidelity within the load-balance caps, by linear programming (rounded).
+
+    The LP relaxation of the assignment (x_iq in [0, 1], one QPU per job, each QPU's added work
+    within its room under the cap) has at most Q fractional jobs at a vertex; each job then takes
+    its largest share. None when the caps leave no room (the greedy seed covers that case).
+    """
+    from scipy.optimize import linprog
+    from scipy.sparse import csr_matrix
+
+    n, q = problem.num_jobs, problem.num_qpus
+    rows = np.arange(n)
+    masked = np.where(problem.feasible, problem.fidelity, -np.inf)
+    added = problem.runtime[rows, np.argmax(masked, axis=1)].sum()
+    level = float(problem.even_level(np.asarray([added]))[0])
+    tolerance = problem.balance or 0.0
+    room = np.clip(level * (1.0 + tolerance) - problem.load, 0.0, None)
+    # The floor, less one mean job (as ``load_excess`` allows), for QPUs some job fits.
+    usable = problem.feasible.any(axis=0)
+    mean_job = np.where(usable, np.where(problem.feasible, problem.runtime, 0.0).sum(axis=0), 0.0)
+    mean_job = mean_job / np.maximum(problem.feasible.sum(axis=0), 1)
+    need = np.clip(level * (1.0 - tolerance) - problem.load - mean_job, 0.0, None) * usable
+    var = np.flatnonzero(problem.feasible.ravel())  # only wide-enough (job, QPU) pairs
+    job_of, qpu_of = np.divmod(var, q)
+    one_each = csr_matrix((np.ones(len(var)), (job_of, np.arange(len(var)))), shape=(n, len(var)))
+    work = csr_matrix(
+        (problem.runtime.ravel()[var], (qpu_of, np.arange(len(var)))), shape=(q, len(var))
+    )
+    from scipy.sparse import vstack
+
+    solution = linprog(
+        -problem.fidelity.ravel()[var],
+        A_ub=vstack([work, -work]),
+        b_ub=np.concatenate([room, -need]),
+        A_eq=one_each,
+        b_eq=np.ones(n),
+        bounds=(0.0, 1.0),
+        method="highs",
+    )
+    if solution.status != 0:
+        return None
+    share = np.zeros((n, q))
+    share[job_of, qpu_of] = solution.x
+    return np.argmax(share, axis=1)
+
+
 def _repair_to_feasible(problem: SchedulingProblem, x: np.ndarray) -> np.ndarray:
     """Move genes on too-small QPUs to the nearest (by index) wide-enough QPU."""
     x = np.clip(np.rint(x), 0, problem.num_qpus - 1).astype(int)
@@ -175,6 +254,11 @@ def _initial_population(
         earliest_completion_assignment(problem),
         *(earliest_completion_assignment(problem, s) for s in (0.01, 0.03, 0.1)),
     ]
+    if problem.balance is not None:
+        seeds += [balanced_assignment(problem, True), balanced_assignment(problem, False)]
+        lp = balanced_fidelity_lp(problem)
+        if lp is not None:
+            seeds.append(lp)
     random = rng.integers(0, problem.num_qpus, size=(max(size - len(seeds), 0), problem.num_jobs))
     return _repair_to_feasible(problem, np.vstack([np.asarray(seeds), random])[:size])
 
@@ -217,6 +301,8 @@ def nsga2_schedule(
         # front, in milliseconds; a genetic search there only re-draws duplicates.
         xs = _repair_to_feasible(problem, all_assignments(n, q))
         xs = np.unique(xs, axis=0)
+        excess = problem.load_excess(xs)
+        xs = xs[excess <= excess.min() + 1e-9]  # balanced ones (or the least unbalanced)
         front_idx = front_2d(problem.evaluate(xs))
         xs = xs[front_idx]
         front = problem.evaluate(xs)
@@ -227,12 +313,12 @@ def nsga2_schedule(
 
     class _Assignments(Problem):
         def __init__(self) -> None:
-            super().__init__(n_var=n, n_obj=2, n_ieq_constr=1, xl=0, xu=q - 1, vtype=int)
+            super().__init__(n_var=n, n_obj=2, n_ieq_constr=2, xl=0, xu=q - 1, vtype=int)
 
         def _evaluate(self, x: np.ndarray, out: dict, *args: Any, **kwargs: Any) -> None:
             xi = np.rint(x).astype(int)  # pymoo hands over repaired designs as floats
             out["F"] = problem.evaluate(xi)
-            out["G"] = problem.violation(xi)[:, None]
+            out["G"] = np.stack([problem.violation(xi), problem.load_excess(xi)], axis=1)
 
     class _Repair(Repair):
         def _do(self, _problem: Any, x: np.ndarray, **kwargs: Any) -> np.ndarray:

@@ -15,6 +15,13 @@ in their arrival order (index order here), so job ``i`` waits only for the jobs 
 optimiser's objective and the outcome agree; the paper's version overstates JCT by about half a
 batch and rewards splitting batches evenly rather than finishing jobs early.
 
+**Load balancing** (optional, a constraint rather than a third objective): the JCT objective only
+sees queues, and on a lightly loaded cloud the best QPUs have short queues, so a schedule can pile
+work on them without a JCT penalty. A cloud provider wants the fleet evenly used; with ``balance``
+set, a schedule is feasible only if no QPU it sends jobs to ends up more than ``balance`` above the
+even level of the recent load (``load_excess``). The Pareto front is then the trade-off between JCT
+and fidelity among balanced schedules.
+
 Everything here is numpy on whole populations (an (M, N) array of assignments at once): NSGA-II
 evaluates 100 candidate schedules per generation, and a Python loop per schedule would dominate.
 """
@@ -51,6 +58,11 @@ class SchedulingProblem:
     # "fifo": the jobs ahead of each job (what our queues do, the default); "batch": the paper's
     # f1, every job charged with its QPU's whole batch (kept to compare against, not to schedule).
     jct_model: str = "fifo"
+    # Load balancing (off unless ``balance`` is set): ``load`` (Q,) seconds of work each QPU has
+    # carried in the balancing window before this cycle, ours and other users', its queue included;
+    # ``balance`` the tolerance over the even spread (see ``load_excess``).
+    load: np.ndarray | None = None
+    balance: float | None = None
     feasible: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -75,6 +87,11 @@ class SchedulingProblem:
         self.feasible = self.job_qubits[:, None] <= self.qpu_qubits[None, :]
         if self.jct_model not in ("fifo", "batch"):
             raise SchedulingError(f"jct_model is 'fifo' or 'batch', not {self.jct_model!r}")
+        self.load = np.zeros(q) if self.load is None else np.asarray(self.load, dtype=float)
+        if self.load.shape != (q,) or not np.isfinite(self.load).all() or (self.load < 0).any():
+            raise SchedulingError(f"load must hold {q} non-negative seconds, got {self.load!r}")
+        if self.balance is not None and not self.balance >= 0:
+            raise SchedulingError(f"balance is a tolerance >= 0 (or None: off), not {self.balance}")
 
     @property
     def num_jobs(self) -> int:
@@ -111,6 +128,49 @@ class SchedulingProblem:
         x = self._check(assignments)
         excess = self.job_qubits[None, :] - self.qpu_qubits[x]
         return np.clip(excess, 0, None).sum(axis=1).astype(float)
+
+    def even_level(self, added: np.ndarray) -> np.ndarray:
+        """(M,) water level: the load every QPU would carry if ``added`` (M,) seconds of new work
+        were spread to even out ``load`` as far as it goes (QPUs already above it get nothing)."""
+        a = np.sort(self.load)
+        k = np.arange(1, len(a) + 1)
+        # Filling the k least-loaded QPUs to one level: (added + their load) / k; the right k is
+        # the one whose level lies between its k-th and (k+1)-th loads.
+        level = (np.asarray(added, dtype=float)[:, None] + np.cumsum(a)[None, :]) / k[None, :]
+        upper = np.append(a[1:], np.inf)
+        fits = (level >= a[None, :] - 1e-9) & (level <= upper[None, :] + 1e-9)
+        return level[np.arange(len(level)), np.argmax(fits, axis=1)]
+
+    def load_excess(self, assignments: np.ndarray) -> np.ndarray:
+        """(M,) seconds by which a schedule unbalances the fleet (0: within ``balance``).
+
+        Against the even level ``L`` of the window's load (``even_level`` of the cycle's work as
+        assigned): a QPU that receives jobs may end the cycle at most ``(1 + balance) L``, and a QPU
+        some job could use may not end it below ``(1 - balance) L``; each give or take one job
+        (jobs are indivisible, and without that slack a lone job on an idle fleet would fit
+        nowhere). The cap and the floor together bound the busiest QPU against the least busy.
+        A QPU that other users' work keeps above the level receives nothing and is not counted.
+        Always 0 when ``balance`` is None.
+        """
+        x = self._check(assignments)
+        if self.balance is None:
+            return np.zeros(len(x))
+        rows = np.arange(self.num_jobs)
+        run = self.runtime[rows[None, :], x]
+        level = self.even_level(run.sum(axis=1))
+        cap, floor = level * (1.0 + self.balance), level * (1.0 - self.balance)
+        excess = np.zeros(len(x))
+        for q in range(self.num_qpus):
+            usable = self.feasible[:, q]
+            if not usable.any():
+                continue
+            mine = np.where(x == q, run, 0.0)
+            carried = self.load[q] + mine.sum(axis=1)
+            over = carried - cap - mine.max(axis=1, initial=0.0)
+            under = floor - carried - self.runtime[usable, q].mean()
+            excess = np.maximum(excess, np.where((x == q).any(axis=1), over, 0.0))
+            excess = np.maximum(excess, under)
+        return np.maximum(excess, 0.0)
 
     def evaluate(self, assignments: np.ndarray) -> np.ndarray:
         """(M, 2) objectives [mean JCT in seconds, mean error] of M assignments.

@@ -94,6 +94,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
             reservations=reservations,
             triggers=Triggers(queue_size=args.trigger_size, interval_s=args.trigger_interval),
             jct_model=args.jct_model,
+            balance=args.balance,
         )
         runs[key] = outcome
         results[key] = outcome.metrics()
@@ -108,6 +109,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         "background": args.background,
         "background_load": args.background_load,
         "mitigated_share": args.mitigated_share,
+        "balance": args.balance,
     }
     if args.out:
         out = Path(args.out)
@@ -159,8 +161,21 @@ def format_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _balance(text: str) -> float | None:
+    if text.strip().lower() in ("off", "none"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"a tolerance >= 0 such as 0.1, or 'off'; got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from kernel_server.simulation.background import DEFAULT_TRACE
+    from kernel_server.simulation.cloud import DEFAULT_BALANCE
 
     p = argparse.ArgumentParser(
         prog="qonductor simulate",
@@ -198,6 +213,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="fifo",
         help="qonductor's JCT objective: jobs ahead in the FIFO queue (default) or the paper's "
         "whole-batch charge (for comparison)",
+    )
+    p.add_argument(
+        "--balance",
+        type=_balance,
+        default=DEFAULT_BALANCE,
+        metavar="TOLERANCE|off",
+        help="qonductor balances QPU load over the last hour: no QPU it sends work to ends a "
+        f"cycle more than this fraction above the even level (default {DEFAULT_BALANCE}); "
+        "'off' leaves balance to the JCT objective",
     )
     p.add_argument(
         "--trigger-size", type=int, default=100, help="qonductor: a cycle when this many wait"
