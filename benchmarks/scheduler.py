@@ -82,7 +82,21 @@ def speed(seed: int) -> None:
         f"({np.median(gens):.0f} generations); greedy baselines {greedy * 1000:.1f} ms; "
         f"research prototype ~29 s per cycle (paper, Section 8.5)"
     )
-    ok = np.median(times) < 1.0
+    # The same cycle with load balancing, as the simulated cloud runs it: the QPUs' last hour
+    # uneven, every QPU to end within 5% of the even level.
+    rng = np.random.default_rng(seed)
+    balanced = SchedulingProblem(
+        p.wait, p.qpu_qubits, p.job_qubits, p.runtime, p.fidelity,
+        load=rng.uniform(0, 600, p.num_qpus), balance=0.05,
+    )  # fmt: skip
+    timed = [nsga2_schedule(balanced, seed=s) for s in range(5)]
+    balanced_s = float(np.median([r.seconds for r in timed]))
+    within = min((balanced.load_excess(r.front_assignments) == 0).mean() for r in timed)
+    print(
+        f"with load balancing (5%): median {balanced_s:.2f} s; schedules on the front within "
+        f"the balance: {within:.0%}"
+    )
+    ok = np.median(times) < 1.0 and balanced_s < 1.0
     print(f"-> target < 1 s {'met' if ok else 'NOT met'}\n")
 
 
@@ -103,40 +117,113 @@ def simulate(argv: list[str]) -> dict:
     return json.loads(out.read_text())
 
 
+SETTINGS = (
+    # The paper's setting: its 1500 jobs/h is the IBM cloud's whole load (measured from the queue
+    # trace), so nobody else's work shares the QPUs.
+    (
+        "1500 jobs/h are the whole cloud (the paper's setting; --background none)",
+        ["--background", "none"],
+    ),
+    ("plus other users' load on the same QPUs (synthetic, 25% utilization: the default)", []),
+)
+
+
 def end_to_end(seed: int, plots: str) -> None:
     print("== 3. End to end: 1500 jobs/h, 8 QPUs, one simulated hour ==")
     from kernel_server.simulation.cli import format_table
 
     base = ["--jobs-per-hour", "1500", "--qpus", "8", "--hours", "1", "--seed", str(seed)]
-    results = simulate(
-        base
-        + ["--policies", "qonductor,qonductor:jct,qonductor:fidelity,fcfs,least-busy,round-robin"]
-    )
-    print(format_table(results))
-    q, f = results["qonductor"], results["fcfs"]
-    checks = {
-        "mean JCT >= 50% below FCFS": q["mean_jct_s"] <= 0.5 * f["mean_jct_s"],
-        "fidelity >= 97% of FCFS": q["mean_fidelity"] >= 0.97 * f["mean_fidelity"],
-        "higher utilization": q["mean_utilization"] > f["mean_utilization"],
-        "load within 15%": q["max_load_difference"] <= 0.15,
-    }
-    for name, ok in checks.items():
-        print(f"-> {name}: {'met' if ok else 'NOT met'}")
-    j, b, fi = results["qonductor:jct"], q, results["qonductor:fidelity"]
-    ordered = (
-        j["mean_jct_s"] <= b["mean_jct_s"] <= fi["mean_jct_s"]
-        and j["mean_fidelity"] <= b["mean_fidelity"] <= fi["mean_fidelity"]
-    )
-    print(
-        f"presets: jct {j['mean_jct_s']:.1f} s / {j['mean_fidelity']:.3f}, balanced "
-        f"{b['mean_jct_s']:.1f} s / {b['mean_fidelity']:.3f}, fidelity {fi['mean_jct_s']:.1f} s / "
-        f"{fi['mean_fidelity']:.3f} -> ordered: {'met' if ordered else 'NOT met'}"
-    )
+    policies = "qonductor,qonductor:jct,qonductor:fidelity,fcfs,least-busy,round-robin"
+    for title, extra in SETTINGS:
+        print(f"-- {title} --")
+        results = simulate(base + extra + ["--policies", policies])
+        print(format_table(results))
+        q, f = results["qonductor"], results["fcfs"]
+        checks = {
+            "mean JCT >= 50% below FCFS": q["mean_jct_s"] <= 0.5 * f["mean_jct_s"],
+            "fidelity >= 97% of FCFS": q["mean_fidelity"] >= 0.97 * f["mean_fidelity"],
+            "higher utilization": q["mean_utilization"] > f["mean_utilization"],
+            "load within 15%": q["max_load_difference"] <= 0.15,
+        }
+        print(
+            f"balanced vs FCFS: JCT {1 - q['mean_jct_s'] / f['mean_jct_s']:.1%} lower, fidelity "
+            f"{q['mean_fidelity'] / f['mean_fidelity']:.1%} of FCFS's, utilization "
+            f"{q['mean_utilization'] / f['mean_utilization']:.3f}x, load difference "
+            f"{q['max_load_difference']:.1%}"
+        )
+        for name, ok in checks.items():
+            print(f"-> {name}: {'met' if ok else 'NOT met'}")
+        j, b, fi = results["qonductor:jct"], q, results["qonductor:fidelity"]
+        ordered = (
+            j["mean_jct_s"] <= b["mean_jct_s"] <= fi["mean_jct_s"]
+            and j["mean_fidelity"] <= b["mean_fidelity"] <= fi["mean_fidelity"]
+        )
+        print(
+            f"presets: jct {j['mean_jct_s']:.1f} s / {j['mean_fidelity']:.4f}, balanced "
+            f"{b['mean_jct_s']:.1f} s / {b['mean_fidelity']:.4f}, fidelity "
+            f"{fi['mean_jct_s']:.1f} s / {fi['mean_fidelity']:.4f} -> ordered: "
+            f"{'met' if ordered else 'NOT met'}"
+        )
+        off = simulate(base + extra + ["--policies", "qonductor", "--balance", "off"])["qonductor"]
+        print(
+            f"qonductor without load balancing (--balance off): mean JCT {off['mean_jct_s']:.1f} s,"
+            f" fidelity {off['mean_fidelity']:.4f}, load difference "
+            f"{off['max_load_difference']:.1%}"
+        )
+        bound = least_load_difference(seed, extra)
+        print(
+            f"the least load difference any placement of these jobs could reach (LP, estimated "
+            f"run times): {bound:.1%}\n"
+        )
     fast = simulate(base + ["--policies", "qonductor", "--trigger-interval", "10"])["qonductor"]
     print(
-        f"qonductor with 10 s cycles instead of 120 s: mean JCT {fast['mean_jct_s']:.1f} s, "
-        f"fidelity {fast['mean_fidelity']:.3f}\n"
+        f"qonductor with 10 s cycles instead of 120 s (default background): mean JCT "
+        f"{fast['mean_jct_s']:.1f} s, fidelity {fast['mean_fidelity']:.3f}\n"
     )
+
+
+def least_load_difference(seed: int, extra: list[str]) -> float:
+    """The smallest (busiest - least busy) / busiest over every fractional placement of the
+    hour's jobs, other users' work fixed: a bound no scheduler can beat (bisection over LPs)."""
+    from scipy.optimize import linprog
+    from scipy.sparse import csr_matrix, hstack, vstack
+
+    from kernel_server.simulation import background as bg
+    from kernel_server.simulation.workload import WorkloadSpec, generate, sim_qpus
+
+    qpus = sim_qpus(8)
+    work = generate(WorkloadSpec(), qpus, seed=seed)
+    rates = (
+        np.zeros((8, 1)) if "none" in extra else bg.synthetic_rates(8, 0.25, seed)
+    )  # the simulate defaults
+    other = np.zeros(8)
+    for _, q, seconds in bg.background_jobs(rates, 1.0, seed):
+        other[q] += seconds
+    fits = np.isfinite(work.quantum_s)
+    var = np.flatnonzero(fits.ravel())
+    n, q_count = fits.shape
+    job, qpu = np.divmod(var, q_count)
+    seconds = work.quantum_s.ravel()[var]
+    one_each = csr_matrix((np.ones(len(var)), (job, np.arange(len(var)))), shape=(n, len(var)))
+    load = csr_matrix((seconds, (qpu, np.arange(len(var)))), shape=(q_count, len(var)))
+    column = csr_matrix(np.ones((q_count, 1)))
+
+    def feasible(ratio: float) -> bool:
+        # other + load <= U and ratio * U <= other + load, over x >= 0 and U.
+        a_ub = vstack([hstack([load, -column]), hstack([-load, ratio * column])])
+        b_ub = np.concatenate([-other, other])
+        a_eq = hstack([one_each, csr_matrix((n, 1))])
+        r = linprog(np.zeros(len(var) + 1), A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.ones(n),
+                    bounds=(0, None), method="highs")  # fmt: skip
+        return r.status == 0
+
+    lo, hi = 0.0, 1.0  # ratio least / busiest: lo feasible, hi not (unless equal loads)
+    if feasible(1.0):
+        return 0.0
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if feasible(mid) else (lo, mid)
+    return 1.0 - lo
 
 
 def scale(seed: int) -> None:
