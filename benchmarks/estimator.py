@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from kernel_server.estimator import fidelity_training as ft  # noqa: E402
 
-DEFAULT_PNG = REPO / "benchmarks" / "figures" / "fidelity_error_cdf.png"
+DEFAULT_PNG = REPO / "docs" / "figures" / "fidelity_error_cdf.png"
 
 
 def runtime_section(seed: int) -> None:
