@@ -188,10 +188,11 @@ def balanced_fidelity_lp(problem: SchedulingProblem) -> np.ndarray | None:
 
     The LP relaxation of the assignment (x_iq in [0, 1], one QPU per job, each QPU's added work
     within its room under the cap) has at most Q fractional jobs at a vertex; each job then takes
-    its largest share. None when the caps leave no room (the greedy seed covers that case).
+    its largest share. None when no fractional schedule meets the caps and floors (the greedy
+    seed covers that case).
     """
     from scipy.optimize import linprog
-    from scipy.sparse import csr_matrix
+    from scipy.sparse import csr_matrix, vstack
 
     n, q = problem.num_jobs, problem.num_qpus
     rows = np.arange(n)
@@ -211,8 +212,6 @@ def balanced_fidelity_lp(problem: SchedulingProblem) -> np.ndarray | None:
     work = csr_matrix(
         (problem.runtime.ravel()[var], (qpu_of, np.arange(len(var)))), shape=(q, len(var))
     )
-    from scipy.sparse import vstack
-
     solution = linprog(
         -problem.fidelity.ravel()[var],
         A_ub=vstack([work, -work]),

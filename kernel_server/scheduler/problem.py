@@ -18,9 +18,9 @@ batch and rewards splitting batches evenly rather than finishing jobs early.
 **Load balancing** (optional, a constraint rather than a third objective): the JCT objective only
 sees queues, and on a lightly loaded cloud the best QPUs have short queues, so a schedule can pile
 work on them without a JCT penalty. A cloud provider wants the fleet evenly used; with ``balance``
-set, a schedule is feasible only if no QPU it sends jobs to ends up more than ``balance`` above the
-even level of the recent load (``load_excess``). The Pareto front is then the trade-off between JCT
-and fidelity among balanced schedules.
+set, a schedule is feasible only if every QPU ends the cycle within ``balance`` of the even level
+of the recent load, give or take one job (``load_excess``). The Pareto front is then the trade-off
+between JCT and fidelity among balanced schedules.
 
 Everything here is numpy on whole populations (an (M, N) array of assignments at once): NSGA-II
 evaluates 100 candidate schedules per generation, and a Python loop per schedule would dominate.

@@ -219,8 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_balance,
         default=DEFAULT_BALANCE,
         metavar="TOLERANCE|off",
-        help="qonductor balances QPU load over the last hour: no QPU it sends work to ends a "
-        f"cycle more than this fraction above the even level (default {DEFAULT_BALANCE}); "
+        help="qonductor balances QPU load over the last hour: every QPU ends a cycle within "
+        f"this fraction of the even level, give or take a job (default {DEFAULT_BALANCE}); "
         "'off' leaves balance to the JCT objective",
     )
     p.add_argument(
