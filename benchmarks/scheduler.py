@@ -134,7 +134,17 @@ def end_to_end(seed: int, plots: str) -> None:
 
     base = ["--jobs-per-hour", "1500", "--qpus", "8", "--hours", "1", "--seed", str(seed)]
     policies = "qonductor,qonductor:jct,qonductor:fidelity,fcfs,least-busy,round-robin"
-    for title, extra in SETTINGS:
+    from kernel_server.simulation.background import DEFAULT_TRACE
+
+    settings = list(SETTINGS)
+    if DEFAULT_TRACE.exists():  # ../shared/data is optional
+        settings.append(
+            (
+                "plus other users' load replayed from the IBM queue trace (--background trace)",
+                ["--background", "trace"],
+            )
+        )
+    for title, extra in settings:
         print(f"-- {title} --")
         results = simulate(base + extra + ["--policies", policies])
         print(format_table(results))
@@ -193,9 +203,12 @@ def least_load_difference(seed: int, extra: list[str]) -> float:
 
     qpus = sim_qpus(8)
     work = generate(WorkloadSpec(), qpus, seed=seed)
-    rates = (
-        np.zeros((8, 1)) if "none" in extra else bg.synthetic_rates(8, 0.25, seed)
-    )  # the simulate defaults
+    if "none" in extra:
+        rates = np.zeros((8, 1))
+    elif "trace" in extra:
+        rates = bg.trace_rates(bg.DEFAULT_TRACE, 8, 0.25, 1.0, seed)
+    else:
+        rates = bg.synthetic_rates(8, 0.25, seed)  # the simulate defaults
     other = np.zeros(8)
     for _, q, seconds in bg.background_jobs(rates, 1.0, seed):
         other[q] += seconds
