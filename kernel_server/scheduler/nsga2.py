@@ -150,6 +150,13 @@ def earliest_completion_assignment(
     return out
 
 
+def _seed_level(problem: SchedulingProblem) -> float:
+    """The even level the balanced seeds aim at: the window's load plus the cycle's work with
+    every job on its best-fidelity QPU (the real schedule's work is not known yet)."""
+    work = problem.runtime[np.arange(problem.num_jobs), best_fidelity_assignment(problem)].sum()
+    return float(problem.even_level(np.asarray([work]))[0])
+
+
 def balanced_assignment(problem: SchedulingProblem, fidelity_first: bool = True) -> np.ndarray:
     """A greedy schedule within the load-balance caps (seeds the search when ``balance`` is set).
 
@@ -157,13 +164,11 @@ def balanced_assignment(problem: SchedulingProblem, fidelity_first: bool = True)
     earliest completion with ``fidelity_first=False``) among those still under their cap, where
     the cap is the even level of the window's load plus this cycle's work at best fidelity.
     """
-    tolerance = problem.balance or 0.0
-    rows = np.arange(problem.num_jobs)
+    cap = _seed_level(problem) * (1.0 + (problem.balance or 0.0))
     masked = np.where(problem.feasible, problem.fidelity, -np.inf)
-    best = np.argmax(masked, axis=1)
-    added = problem.runtime[rows, best].sum()
-    cap = float(problem.even_level(np.asarray([added]))[0]) * (1.0 + tolerance)
-    top2 = np.sort(masked, axis=1)[:, -2:] if problem.num_qpus > 1 else np.zeros((len(rows), 2))
+    top2 = (
+        np.sort(masked, axis=1)[:, -2:] if problem.num_qpus > 1 else np.zeros((problem.num_jobs, 2))
+    )
     regret = np.where(np.isfinite(top2[:, 0]), top2[:, 1] - top2[:, 0], np.inf)
     carried = problem.load.astype(float).copy()
     free = problem.wait.astype(float).copy()
@@ -195,10 +200,7 @@ def balanced_fidelity_lp(problem: SchedulingProblem) -> np.ndarray | None:
     from scipy.sparse import csr_matrix, vstack
 
     n, q = problem.num_jobs, problem.num_qpus
-    rows = np.arange(n)
-    masked = np.where(problem.feasible, problem.fidelity, -np.inf)
-    added = problem.runtime[rows, np.argmax(masked, axis=1)].sum()
-    level = float(problem.even_level(np.asarray([added]))[0])
+    level = _seed_level(problem)
     tolerance = problem.balance or 0.0
     room = np.clip(level * (1.0 + tolerance) - problem.load, 0.0, None)
     # The floor, less one mean job (as ``load_excess`` allows), for QPUs some job fits.
