@@ -92,6 +92,7 @@ class Orchestrator:
             classical_slots=classical_slots,
             quantum_step_slots=quantum_step_slots,
             placement=placement,
+            balance=self.fleet_spec.balance,
         )
         self.qpus: dict[str, SimulatedQPU] = self.manager.qpus
         self.dropped_messages = 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,8 @@ class SimulatedQPU:
     # Other users' jobs waiting on a real QPU (IBM's status().pending_jobs); we cannot see them
     # in our queue, but a job placed there waits for them.
     external_pending: int = 0
+    # (end time, seconds) of the runs of the last hour, for load balancing (fleet.yaml scheduler:)
+    recent_runs: deque = field(default_factory=deque)
 
     @property
     def num_qubits(self) -> int:
@@ -85,7 +88,20 @@ class SimulatedQPU:
     def record_run(self, seconds: float) -> None:
         self.jobs_done += 1
         self.busy_s += seconds
+        self.recent_runs.append((time.time(), seconds))
         self.ema_run_s = seconds if self.jobs_done == 1 else 0.7 * self.ema_run_s + 0.3 * seconds
+
+    def recent_busy_s(self, window_s: float = 3600.0) -> float:
+        """Seconds this QPU was busy (our jobs and background ones) in the last ``window_s``, the
+        running job included."""
+        now = time.time()
+        start = now - window_s
+        while self.recent_runs and self.recent_runs[0][0] <= start:
+            self.recent_runs.popleft()
+        busy = sum(min(seconds, end - start) for end, seconds in self.recent_runs)
+        if self.running is not None and self.running_since is not None:
+            busy += now - max(self.running_since, start)
+        return busy
 
     def status(self) -> dict[str, Any]:
         return {

@@ -85,13 +85,17 @@ class FleetSpec:
     prices: dict[str, Any] = field(default_factory=dict)
     cluster: str | None = None
     limits: Limits = field(default_factory=Limits)
+    # Load balancing of the quantum scheduler (scheduler.balance; None: off): for a shared
+    # orchestrator whose users should spread over the fleet rather than all take the best QPU.
+    balance: float | None = None
 
     @property
     def names(self) -> list[str]:
         return list(self.simulated) + list(self.ibm.backends if self.ibm else ())
 
 
-_TOP = {"simulated", "ibm", "background", "prices", "cluster", "limits"}
+_TOP = {"simulated", "ibm", "background", "prices", "cluster", "limits", "scheduler"}
+_SCHEDULER = {"balance"}
 _LIMITS = {"max_qubits", "max_shots", "max_payload_bytes", "step_timeout_s"}
 _IBM = {
     "backends",
@@ -189,7 +193,20 @@ def fleet_spec_from_dict(data: dict[str, Any], where: str = "fleet") -> FleetSpe
         section = _section(f"{where}.limits", data["limits"], _LIMITS)
         values = {k: _positive(f"{where}.limits.{k}", v) for k, v in section.items()}
         limits = Limits(**{k: (v if k == "step_timeout_s" else int(v)) for k, v in values.items()})
-    spec = FleetSpec(simulated, ibm, background, dict(prices), cluster, limits)
+    balance = None
+    if data.get("scheduler") is not None:
+        section = _section(f"{where}.scheduler", data["scheduler"], _SCHEDULER)
+        balance = section.get("balance")
+        if balance is not None and (
+            isinstance(balance, bool)
+            or not isinstance(balance, (int, float))
+            or not 0 <= balance < 1
+        ):
+            raise FleetConfigError(
+                f"{where}.scheduler.balance is a tolerance from 0 to below 1 such as 0.05 "
+                f"(each QPU within 5% of the even load), got {balance!r}"
+            )
+    spec = FleetSpec(simulated, ibm, background, dict(prices), cluster, limits, balance)
     if not spec.names:
         raise FleetConfigError(f"{where} has no QPUs: list simulated devices or IBM backends")
     duplicated = {n for n in spec.names if spec.names.count(n) > 1}

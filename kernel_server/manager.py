@@ -65,13 +65,14 @@ class JobManager:
         classical_slots: int = 2,
         quantum_step_slots: int = 4,
         placement: str = DEFAULT_PLACEMENT,
+        balance: float | None = None,
     ):
         self.store = store
         self.ex = executors
         self.emit = emit
         self.reply = reply
         self.placement = placement
-        self.dispatcher = CycleDispatcher(self._qpu_views)
+        self.dispatcher = CycleDispatcher(self._qpu_views, balance=balance)
         # (workflow, step) -> the plan its QPU jobs run with (None: unmitigated, scheduler's QPU)
         self.step_plans: dict[tuple[str, int | None], asyncio.Future] = {}
         # --plan ask: (workflow, step) -> (future of the user's answer, number of plans)
@@ -544,7 +545,14 @@ class JobManager:
     def _qpu_views(self) -> list[QPUView]:
         """The fleet as a scheduling cycle sees it (online QPUs, their queues now)."""
         return [
-            QPUView(q.name, q.num_qubits, q.expected_wait_s(), q.queue_length(), q.online)
+            QPUView(
+                q.name,
+                q.num_qubits,
+                q.expected_wait_s(),
+                q.queue_length(),
+                q.online,
+                q.recent_busy_s(),
+            )
             for q in self.qpus.values()
         ]
 

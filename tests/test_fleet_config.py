@@ -20,6 +20,8 @@ background:
 prices:
   qpu_dollars_per_hour: 6000
 cluster: tcp://127.0.0.1:8786
+scheduler:
+  balance: 0.05
 """
 
 
@@ -34,6 +36,7 @@ def test_a_fleet_file_with_every_section(tmp_path):
     assert spec.background is not None and spec.background.jobs_per_hour == 30
     assert spec.prices == {"qpu_dollars_per_hour": 6000}
     assert spec.cluster == "tcp://127.0.0.1:8786"
+    assert spec.balance == 0.05
     assert spec.names == ["fake_kolkata", "fake_prague", "fake_manila"]
 
 
@@ -53,6 +56,9 @@ def test_short_forms_still_work():
         ({"simulated": "small", "prices": {"qpu": 1}}, "unknown price table keys"),
         ({"simulated": []}, "has no QPUs"),
         ({"simulated": ["fake_manila"], "ibm": {"backends": ["fake_manila"]}}, "twice"),
+        ({"simulated": "small", "scheduler": {"balance": 1.5}}, "tolerance from 0 to below 1"),
+        ({"simulated": "small", "scheduler": {"balance": "even"}}, "such as 0.05"),
+        ({"simulated": "small", "scheduler": {"policy": "fcfs"}}, "unknown key policy"),
     ],
 )
 def test_bad_fleet_files_say_what_is_wrong(data, message):
@@ -86,3 +92,38 @@ def test_background_jobs_occupy_a_simulated_qpu_in_fifo_order():
     qpu = asyncio.run(scenario())
     # About 10 arrivals per second of about 20 ms each kept the QPU busy.
     assert qpu.jobs_done >= 3 and 0.02 < qpu.busy_s < 1.0
+    # What load balancing reads: the last hour's busy time, which here is all of it.
+    assert qpu.recent_busy_s() == pytest.approx(qpu.busy_s, abs=0.05)
+
+
+def test_recent_busy_time_forgets_runs_older_than_its_window():
+    import time
+
+    qpu = SimulatedQPU("fake_kolkata", {"num_qubits": 27, "family": "Falcon"})
+    now = time.time()
+    qpu.recent_runs.extend([(now - 7200.0, 50.0), (now - 30.0, 40.0), (now - 5.0, 8.0)])
+    # The 2-hour-old run is gone; of a run that straddles the window's start, only its part in it:
+    # the 40 s run from 70 to 30 s ago gives 30 s to the last minute.
+    assert qpu.recent_busy_s(window_s=3600.0) == pytest.approx(48.0, abs=0.1)
+    assert len(qpu.recent_runs) == 2
+    assert qpu.recent_busy_s(window_s=60.0) == pytest.approx(30.0 + 8.0, abs=0.1)
+    assert qpu.recent_busy_s(window_s=10.0) == pytest.approx(5.0, abs=0.1)  # 13 s to 5 s ago
+
+
+def test_the_orchestrator_schedules_with_the_fleet_files_balance(tmp_path):
+    from kernel_server.app import Orchestrator
+    from kernel_server.fleet_config import FleetSpec
+
+    async def scenario():
+        orch = Orchestrator(tmp_path, FleetSpec(("fake_kolkata",), balance=0.05))
+        qpu = orch.qpus["fake_kolkata"] = SimulatedQPU(
+            "fake_kolkata", {"num_qubits": 27, "family": "Falcon"}
+        )
+        qpu.record_run(12.0)
+        views = orch.manager._qpu_views()
+        orch.store.close()
+        return orch.manager.dispatcher.state.extra["balance"], views
+
+    balance, (view,) = asyncio.run(scenario())
+    assert balance == 0.05
+    assert view.recent_busy_s == pytest.approx(12.0)

@@ -236,6 +236,28 @@ def test_dispatcher_gathers_concurrent_jobs_into_one_cycle_and_places_a_lone_job
     assert lone_seconds < 1.0
 
 
+def test_a_balancing_dispatcher_spreads_a_shared_fleet() -> None:
+    import asyncio
+
+    from kernel_server.scheduler.dispatch import CycleDispatcher
+
+    # "best" ran 10 minutes of work in the last hour, "other" none; both queues are empty.
+    fleet = [
+        QPUView("best", 27, wait_s=0.0, recent_busy_s=600.0),
+        QPUView("other", 27, wait_s=0.0, recent_busy_s=0.0),
+    ]
+    estimates = {"best": (0.95, 20.0), "other": (0.85, 20.0)}
+
+    async def scenario(balance: float | None) -> list[str]:
+        dispatcher = CycleDispatcher(lambda: fleet, balance=balance)
+        return await asyncio.gather(
+            *[dispatcher.place(f"j{i}", 3, estimates, "fidelity") for i in range(4)]
+        )
+
+    assert asyncio.run(scenario(None)) == ["best"] * 4  # one user's jobs: where they run best
+    assert asyncio.run(scenario(0.05)) == ["other"] * 4  # shared: the idle QPU catches up
+
+
 # --------------------------------------------------------------------------------------------
 # Load balancing (a constraint of the cycle problem, off unless ``balance`` is set)
 # --------------------------------------------------------------------------------------------

@@ -39,12 +39,13 @@ class CycleDispatcher:
         fleet: Callable[[], Sequence[QPUView]],
         triggers: Triggers = INTERACTIVE_TRIGGERS,
         seed: int = 0,
+        balance: float | None = None,
     ) -> None:
         self.fleet = fleet
         self.triggers = triggers
         self.seed = seed
         self.pending: list[PlacementRequest] = []
-        self.state = PolicyState()
+        self.state = PolicyState(extra={"balance": balance})
         self.cycles = 0
         self._timer: asyncio.Task | None = None
         self._lock = asyncio.Lock()

@@ -34,8 +34,8 @@ RUNTIME_ERROR_SIGMA = 0.15
 # the span of the load figure it is judged by: each QPU ends a cycle within 5% of the even level,
 # give or take one job. At 1500 jobs/h without other users' load, 10% left a load difference of
 # 15.0% between the busiest and the least busy QPU, 5% left 10.0% at 0.1% less fidelity.
-# ``balance=None`` turns it off: the notebook orchestrator's default, where one user's jobs should
-# go where they run best.
+# ``balance=None`` turns it off: the notebook orchestrator's default (fleet.yaml ``scheduler:``
+# turns it on there), where one user's jobs should go where they run best.
 BALANCE_WINDOW_S = 3600.0
 DEFAULT_BALANCE = 0.05
 
