@@ -128,11 +128,14 @@ SETTINGS = (
 )
 
 
+END_TO_END = ["--jobs-per-hour", "1500", "--qpus", "8", "--hours", "1"]
+
+
 def end_to_end(seed: int, plots: str) -> None:
     print("== 3. End to end: 1500 jobs/h, 8 QPUs, one simulated hour ==")
     from kernel_server.simulation.cli import format_table
 
-    base = ["--jobs-per-hour", "1500", "--qpus", "8", "--hours", "1", "--seed", str(seed)]
+    base = [*END_TO_END, "--seed", str(seed)]
     policies = "qonductor,qonductor:jct,qonductor:fidelity,fcfs,least-busy,round-robin"
     from kernel_server.simulation.background import DEFAULT_TRACE
 
@@ -198,19 +201,13 @@ def least_load_difference(seed: int, extra: list[str]) -> float:
     from scipy.optimize import linprog
     from scipy.sparse import csr_matrix, hstack, vstack
 
-    from kernel_server.simulation import background as bg
-    from kernel_server.simulation.workload import WorkloadSpec, generate, sim_qpus
+    from kernel_server.simulation.cli import build_parser, workload_and_background
 
-    qpus = sim_qpus(8)
-    work = generate(WorkloadSpec(), qpus, seed=seed)
-    if "none" in extra:
-        rates = np.zeros((8, 1))
-    elif "trace" in extra:
-        rates = bg.trace_rates(bg.DEFAULT_TRACE, 8, 0.25, 1.0, seed)
-    else:
-        rates = bg.synthetic_rates(8, 0.25, seed)  # the simulate defaults
-    other = np.zeros(8)
-    for _, q, seconds in bg.background_jobs(rates, 1.0, seed):
+    # The very jobs and background load of the simulate run with these options.
+    args = build_parser().parse_args([*END_TO_END, "--seed", str(seed), *extra])
+    work, background = workload_and_background(args)
+    other = np.zeros(args.qpus)
+    for _, q, seconds in background:
         other[q] += seconds
     fits = np.isfinite(work.quantum_s)
     var = np.flatnonzero(fits.ravel())

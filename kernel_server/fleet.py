@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .jobs import JobRecord
+from .scheduler.cycle import BALANCE_WINDOW_S
 
 
 @dataclass
@@ -91,7 +92,7 @@ class SimulatedQPU:
         self.recent_runs.append((time.time(), seconds))
         self.ema_run_s = seconds if self.jobs_done == 1 else 0.7 * self.ema_run_s + 0.3 * seconds
 
-    def recent_busy_s(self, window_s: float = 3600.0) -> float:
+    def recent_busy_s(self, window_s: float = BALANCE_WINDOW_S) -> float:
         """Seconds this QPU was busy (our jobs and background ones) in the last ``window_s``, the
         running job included."""
         now = time.time()

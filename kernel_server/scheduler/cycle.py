@@ -59,6 +59,11 @@ CLOUD_TRIGGERS = Triggers()
 INTERACTIVE_TRIGGERS = Triggers(queue_size=100, interval_s=120.0, gather_s=0.25)
 
 
+# The span of a QPU's recent work that load balancing evens out: the last hour, the span the
+# simulator's load figure is judged over.
+BALANCE_WINDOW_S = 3600.0
+
+
 @dataclass(frozen=True)
 class QPUView:
     """A QPU as one cycle sees it."""
@@ -68,8 +73,8 @@ class QPUView:
     wait_s: float  # until its queue clears (including any reservation that blocks it)
     pending: int = 0  # jobs queued or running
     online: bool = True  # False while offline or reserved
-    # Seconds of work it ran in the balancing window (ours and other users'); with ``wait_s`` the
-    # load that load balancing evens out. 0 where nobody measures it (balancing then sees queues).
+    # Seconds of work it ran in the last BALANCE_WINDOW_S (ours and other users'); with ``wait_s``
+    # the load that balancing evens out. 0 where nobody measures it (balancing then sees queues).
     recent_busy_s: float = 0.0
 
 

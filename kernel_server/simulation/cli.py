@@ -8,11 +8,14 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kernel_server.scheduler.nsga2 import PREFERENCES
+
+if TYPE_CHECKING:
+    from kernel_server.simulation.workload import Workload
 from kernel_server.scheduler.policies import POLICIES
 
 
@@ -40,16 +43,13 @@ def calibration_events(
     return sorted(events)
 
 
-def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
-    from kernel_server.scheduler.cycle import Triggers
+def workload_and_background(
+    args: argparse.Namespace, log: Any = None
+) -> tuple[Workload, list[tuple[float, int, float]]]:
+    """The jobs and the other users' load that ``args`` (simulate's options) describe."""
     from kernel_server.simulation import background as bg
-    from kernel_server.simulation.cloud import simulate
     from kernel_server.simulation.workload import WorkloadSpec, generate, sim_qpus
 
-    wall0 = time.perf_counter()
-    policies = [parse_policy(p.strip()) for p in args.policies.split(",") if p.strip()]
-    if not policies:
-        raise ValueError("--policies lists no policy")
     qpus = sim_qpus(args.qpus)
     spec = WorkloadSpec(
         jobs_per_hour=args.jobs_per_hour,
@@ -58,7 +58,8 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         mean_shots=args.mean_shots,
         mitigated_share=args.mitigated_share,
     )
-    log(f"estimating the circuit pool on {len(qpus)} QPUs (cached after the first run)...")
+    if log is not None:
+        log(f"estimating the circuit pool on {len(qpus)} QPUs (cached after the first run)...")
     workload = generate(spec, qpus, seed=args.seed, log=None)
     if args.background == "trace":
         trace = Path(args.queue_trace)
@@ -71,7 +72,19 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         rates = bg.synthetic_rates(len(qpus), args.background_load, args.seed)
     else:
         rates = np.zeros((len(qpus), 1))
-    background = bg.background_jobs(rates, args.hours, args.seed)
+    return workload, bg.background_jobs(rates, args.hours, args.seed)
+
+
+def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
+    from kernel_server.scheduler.cycle import Triggers
+    from kernel_server.simulation.cloud import simulate
+
+    wall0 = time.perf_counter()
+    policies = [parse_policy(p.strip()) for p in args.policies.split(",") if p.strip()]
+    if not policies:
+        raise ValueError("--policies lists no policy")
+    workload, background = workload_and_background(args, log)
+    qpus = workload.qpus
     calibrations = calibration_events(len(qpus), args.hours, args.calibration_hours, args.seed)
     reservations = [_reservation(text) for text in args.reserve]
     log(

@@ -25,18 +25,23 @@ from typing import Any
 
 import numpy as np
 
-from kernel_server.scheduler.cycle import CLOUD_TRIGGERS, QPUView, Triggers, run_cycle
+from kernel_server.scheduler.cycle import (
+    BALANCE_WINDOW_S,
+    CLOUD_TRIGGERS,
+    QPUView,
+    Triggers,
+    run_cycle,
+)
 from kernel_server.scheduler.policies import BATCHING, PolicyState
 from kernel_server.simulation.workload import Workload
 
 RUNTIME_ERROR_SIGMA = 0.15
-# A cloud provider's qonductor balances load (``SchedulingProblem.balance``) over the last hour,
-# the span of the load figure it is judged by: each QPU ends a cycle within 5% of the even level,
-# give or take one job. At 1500 jobs/h without other users' load, 10% left a load difference of
-# 15.0% between the busiest and the least busy QPU, 5% left 10.0% at 0.1% less fidelity.
-# ``balance=None`` turns it off: the notebook orchestrator's default (fleet.yaml ``scheduler:``
-# turns it on there), where one user's jobs should go where they run best.
-BALANCE_WINDOW_S = 3600.0
+# A cloud provider's qonductor balances load (``SchedulingProblem.balance``) over the last hour
+# (``BALANCE_WINDOW_S``): each QPU ends a cycle within 5% of the even level, give or take one job.
+# At 1500 jobs/h without other users' load, 10% left a load difference of 15.0% between the
+# busiest and the least busy QPU, 5% left 10.0% at 0.1% less fidelity. ``balance=None`` turns it
+# off: the notebook orchestrator's default (fleet.yaml ``scheduler:`` turns it on there), where one
+# user's jobs should go where they run best.
 DEFAULT_BALANCE = 0.05
 
 
