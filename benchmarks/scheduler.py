@@ -201,6 +201,7 @@ def least_load_difference(seed: int, extra: list[str]) -> float:
     from scipy.optimize import linprog
     from scipy.sparse import csr_matrix, hstack, vstack
 
+    from kernel_server.scheduler.nsga2 import PlacementLP
     from kernel_server.simulation.cli import build_parser, workload_and_background
 
     # The very jobs and background load of the simulate run with these options.
@@ -209,21 +210,17 @@ def least_load_difference(seed: int, extra: list[str]) -> float:
     other = np.zeros(args.qpus)
     for _, q, seconds in background:
         other[q] += seconds
-    fits = np.isfinite(work.quantum_s)
-    var = np.flatnonzero(fits.ravel())
-    n, q_count = fits.shape
-    job, qpu = np.divmod(var, q_count)
-    seconds = work.quantum_s.ravel()[var]
-    one_each = csr_matrix((np.ones(len(var)), (job, np.arange(len(var)))), shape=(n, len(var)))
-    load = csr_matrix((seconds, (qpu, np.arange(len(var)))), shape=(q_count, len(var)))
+    lp = PlacementLP.of(np.isfinite(work.quantum_s), work.quantum_s)
+    n, q_count = work.quantum_s.shape
+    load, variables = lp.work, len(lp.pair)
     column = csr_matrix(np.ones((q_count, 1)))
 
     def feasible(ratio: float) -> bool:
         # other + load <= U and ratio * U <= other + load, over x >= 0 and U.
         a_ub = vstack([hstack([load, -column]), hstack([-load, ratio * column])])
         b_ub = np.concatenate([-other, other])
-        a_eq = hstack([one_each, csr_matrix((n, 1))])
-        r = linprog(np.zeros(len(var) + 1), A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.ones(n),
+        a_eq = hstack([lp.one_each, csr_matrix((n, 1))])
+        r = linprog(np.zeros(variables + 1), A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.ones(n),
                     bounds=(0, None), method="highs")  # fmt: skip
         return r.status == 0
 

@@ -188,6 +188,30 @@ def balanced_assignment(problem: SchedulingProblem, fidelity_first: bool = True)
     return out
 
 
+@dataclass(frozen=True)
+class PlacementLP:
+    """The linear-programming form of placing N jobs on Q QPUs: one variable x_k in [0, 1] per
+    (job, QPU) pair where the job fits, the share of job ``job_of[k]`` on QPU ``qpu_of[k]``."""
+
+    pair: np.ndarray  # (K,) flat indices i * Q + q of the fitting pairs
+    job_of: np.ndarray  # (K,)
+    qpu_of: np.ndarray  # (K,)
+    one_each: Any  # (N, K) sparse: each job's shares sum to 1
+    work: Any  # (Q, K) sparse: the seconds each QPU receives
+
+    @classmethod
+    def of(cls, feasible: np.ndarray, runtime: np.ndarray) -> PlacementLP:
+        from scipy.sparse import csr_matrix
+
+        n, q = feasible.shape
+        pair = np.flatnonzero(feasible.ravel())
+        job_of, qpu_of = np.divmod(pair, q)
+        k = np.arange(len(pair))
+        one_each = csr_matrix((np.ones(len(pair)), (job_of, k)), shape=(n, len(pair)))
+        work = csr_matrix((runtime.ravel()[pair], (qpu_of, k)), shape=(q, len(pair)))
+        return cls(pair, job_of, qpu_of, one_each, work)
+
+
 def balanced_fidelity_lp(problem: SchedulingProblem) -> np.ndarray | None:
     """Highest mean fidelity within the load-balance caps, by linear programming (rounded).
 
@@ -197,7 +221,7 @@ def balanced_fidelity_lp(problem: SchedulingProblem) -> np.ndarray | None:
     seed covers that case).
     """
     from scipy.optimize import linprog
-    from scipy.sparse import csr_matrix, vstack
+    from scipy.sparse import vstack
 
     n, q = problem.num_jobs, problem.num_qpus
     level = _seed_level(problem)
@@ -205,20 +229,14 @@ def balanced_fidelity_lp(problem: SchedulingProblem) -> np.ndarray | None:
     room = np.clip(level * (1.0 + tolerance) - problem.load, 0.0, None)
     # The floor, less one mean job (as ``load_excess`` allows), for QPUs some job fits.
     usable = problem.feasible.any(axis=0)
-    mean_job = np.where(usable, np.where(problem.feasible, problem.runtime, 0.0).sum(axis=0), 0.0)
-    mean_job = mean_job / np.maximum(problem.feasible.sum(axis=0), 1)
-    need = np.clip(level * (1.0 - tolerance) - problem.load - mean_job, 0.0, None) * usable
-    var = np.flatnonzero(problem.feasible.ravel())  # only wide-enough (job, QPU) pairs
-    job_of, qpu_of = np.divmod(var, q)
-    one_each = csr_matrix((np.ones(len(var)), (job_of, np.arange(len(var)))), shape=(n, len(var)))
-    work = csr_matrix(
-        (problem.runtime.ravel()[var], (qpu_of, np.arange(len(var)))), shape=(q, len(var))
-    )
+    need = np.clip(level * (1.0 - tolerance) - problem.load - problem.mean_job_s(), 0.0, None)
+    need = need * usable
+    lp = PlacementLP.of(problem.feasible, problem.runtime)
     solution = linprog(
-        -problem.fidelity.ravel()[var],
-        A_ub=vstack([work, -work]),
+        -problem.fidelity.ravel()[lp.pair],
+        A_ub=vstack([lp.work, -lp.work]),
         b_ub=np.concatenate([room, -need]),
-        A_eq=one_each,
+        A_eq=lp.one_each,
         b_eq=np.ones(n),
         bounds=(0.0, 1.0),
         method="highs",
@@ -226,7 +244,7 @@ def balanced_fidelity_lp(problem: SchedulingProblem) -> np.ndarray | None:
     if solution.status != 0:
         return None
     share = np.zeros((n, q))
-    share[job_of, qpu_of] = solution.x
+    share[lp.job_of, lp.qpu_of] = solution.x
     return np.argmax(share, axis=1)
 
 

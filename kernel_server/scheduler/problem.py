@@ -141,6 +141,12 @@ class SchedulingProblem:
         fits = (level >= a[None, :] - 1e-9) & (level <= upper[None, :] + 1e-9)
         return level[np.arange(len(level)), np.argmax(fits, axis=1)]
 
+    def mean_job_s(self) -> np.ndarray:
+        """(Q,) mean run time on each QPU of the cycle's jobs that fit it (0 where none does): the
+        one job of slack that balancing allows under a QPU's floor."""
+        fitting = np.where(self.feasible, self.runtime, 0.0).sum(axis=0)
+        return fitting / np.maximum(self.feasible.sum(axis=0), 1)
+
     def load_excess(self, assignments: np.ndarray) -> np.ndarray:
         """(M,) seconds by which a schedule unbalances the fleet (0: within ``balance``).
 
@@ -160,14 +166,14 @@ class SchedulingProblem:
         level = self.even_level(run.sum(axis=1))
         cap, floor = level * (1.0 + self.balance), level * (1.0 - self.balance)
         excess = np.zeros(len(x))
+        mean_job = self.mean_job_s()
         for q in range(self.num_qpus):
-            usable = self.feasible[:, q]
-            if not usable.any():
+            if not self.feasible[:, q].any():
                 continue
             mine = np.where(x == q, run, 0.0)
             carried = self.load[q] + mine.sum(axis=1)
             over = carried - cap - mine.max(axis=1, initial=0.0)
-            under = floor - carried - self.runtime[usable, q].mean()
+            under = floor - carried - mean_job[q]
             excess = np.maximum(excess, np.where((x == q).any(axis=1), over, 0.0))
             excess = np.maximum(excess, under)
         return np.maximum(excess, 0.0)

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kernel_server.scheduler.nsga2 import PREFERENCES
+from kernel_server.scheduler.policies import POLICIES
 
 if TYPE_CHECKING:
     from kernel_server.simulation.workload import Workload
-from kernel_server.scheduler.policies import POLICIES
 
 
 def parse_policy(text: str) -> tuple[str, str]:
