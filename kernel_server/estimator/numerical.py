@@ -19,7 +19,8 @@ from qiskit.circuit import Delay
 from qiskit.providers import BackendV2
 from qiskit.transpiler import PassManager, Target, TranspilerError, generate_preset_pass_manager
 
-from kernel_server.workers.devices import calibration_id
+from kernel_server.estimator.dynamic import costliest_path, has_control_flow
+from kernel_server.workers.devices import compile_key
 
 # An instruction this bad is a dead coupler or qubit, not a noisy one: the fake backends mark
 # broken entries with error 1.0 (FakeSherbrooke ecr(6,5), FakeKingston sx(96), ...).
@@ -114,14 +115,14 @@ class _Compiler:
 
 _COMPILER_CACHE_SIZE = 64
 _compiler_lock = threading.Lock()
-_compilers: OrderedDict[tuple[str, int, int, bool], _Compiler] = OrderedDict()
-_healthy_targets: dict[str, Target] = {}
+_compilers: OrderedDict[tuple[Any, int, int, bool], _Compiler] = OrderedDict()
+_healthy_targets: dict[Any, Target] = {}
 
 
 def _compiler_for(
     backend: BackendV2, seed: int, optimization_level: int, scheduled: bool = False
 ) -> _Compiler:
-    cal = calibration_id(backend)
+    cal = compile_key(backend)
     key = (cal, seed, optimization_level, scheduled)
     with _compiler_lock:
         cached = _compilers.get(key)
@@ -181,9 +182,12 @@ def transpile_for(
     The result has the device's full width (physical qubits) and keeps the circuit's classical
     registers. Deterministic for a given seed and calibration. 3-15 ms for GHZ circuits of 5-12
     qubits on 127-156 qubit devices (the pass manager is built once per calibration and seed).
+    Circuits with control flow are never scheduled: Qiskit's scheduling stage does not take it.
     """
     check_width(circuit, backend)
-    scheduled = any(isinstance(ci.operation, Delay) for ci in circuit.data)
+    scheduled = not has_control_flow(circuit) and any(
+        isinstance(ci.operation, Delay) for ci in circuit.data
+    )
     compiler = _compiler_for(backend, seed, optimization_level, scheduled)
     with compiler.lock:
         try:
@@ -237,8 +241,10 @@ def fidelity_and_duration(transpiled: QuantumCircuit, target: Target) -> tuple[f
 
     The critical path is an ASAP pass over the instructions: each starts when all its qubits and
     clbits are free. Its length equals the ALAP schedule's, at a tenth of the cost of running
-    ``ALAPScheduleAnalysis``. Barriers synchronize their qubits and take no time.
+    ``ALAPScheduleAnalysis``. Barriers synchronize their qubits and take no time. Control flow
+    counts along its costliest branch (``dynamic.costliest_path``): the worst shot.
     """
+    transpiled = costliest_path(transpiled, target)
     fidelity = 1.0
     qubit_free: dict[int, float] = {}
     clbit_free: dict[int, float] = {}
@@ -275,12 +281,13 @@ def numerical_estimate(
         layout = tuple(transpiled.layout.initial_index_layout(filter_ancillas=True))
     else:
         layout = tuple(range(circuit.num_qubits))
+    view = costliest_path(transpiled, backend.target)
     two_qubit_gates = sum(
         1
-        for instruction in transpiled.data
+        for instruction in view.data
         if len(instruction.qubits) >= 2 and instruction.operation.name not in _SKIPPED
     )
-    depth = transpiled.depth(lambda instruction: instruction.operation.name not in _SKIPPED)
+    depth = view.depth(lambda instruction: instruction.operation.name not in _SKIPPED)
     return NumericalEstimate(
         backend=backend.name,
         fidelity=fidelity,

@@ -312,6 +312,9 @@ def estimate(
     check_circuit(circuit)
     name, device = resolve_backend(backend)
     stack = parse_stack(mitigation)
+    reason = stack.unsupported_reason(circuit)
+    if reason is not None:
+        raise CircuitNotEstimable(reason)
     table = prices if isinstance(prices, PriceTable) else PriceTable.from_dict(prices)
     table.accelerator(accelerator)  # unknown accelerator: a clear error before any work
     model = fidelity_model or FidelityModel.load()
@@ -356,6 +359,9 @@ def resource_plans(
         # Only stacks that can run such a circuit (REM can; folding, twirling, DD and PEC need
         # the measurements at the end).
         parsed = [s for s in parsed if not any(t.terminal_measurements_only for t in s.techniques)]
+    # And only those that can take it at all: a dynamic circuit leaves REM and no mitigation
+    # (excluded_stacks says why the others go).
+    parsed = [s for s in parsed if s.unsupported_reason(circuit) is None]
     table = prices if isinstance(prices, PriceTable) else PriceTable.from_dict(prices)
     names = list(accelerators) if accelerators is not None else list(table.accelerators)
     for accelerator in names:
@@ -366,6 +372,24 @@ def resource_plans(
     estimates = _estimates(circuit, compiled, parsed, names, shots, table, model, runtime_model)
     plans = rank_plans(estimates)
     return plans if k is None else plans[:k]
+
+
+def excluded_stacks(
+    circuit: QuantumCircuit, stacks: Iterable[StackSpec] = PLAN_STACKS
+) -> dict[str, str]:
+    """The stacks :func:`resource_plans` leaves out for ``circuit``, each with why (a dynamic
+    circuit: every stack with ZNE, PEC, DD or twirling)."""
+    out: dict[str, str] = {}
+    for spec in stacks:
+        stack = parse_stack(spec)
+        reason = stack.unsupported_reason(circuit)
+        if reason is None and has_midcircuit_measurement(circuit):
+            needs_terminal = [t.name for t in stack.techniques if t.terminal_measurements_only]
+            if needs_terminal:
+                reason = f"{needs_terminal[0]} needs every measurement at the end"
+        if reason is not None:
+            out["+".join(stack.names) or "none"] = reason
+    return out
 
 
 def rank_plans(estimates: Sequence[Estimate]) -> list[ResourcePlan]:

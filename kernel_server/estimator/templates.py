@@ -26,8 +26,9 @@ Decisions, and why:
   has the entry broken, the template keeps the mean of the broken values (still >= the threshold),
   so :func:`healthy_target` drops it like on a real device.
 - **Shared entries only.** Operations, qubit tuples and control-flow support are the intersection
-  over members: whatever is compiled for the template runs on any member (fake_kolkata has no
-  ``if_else``, so a Falcon template without it is the honest answer).
+  over members: whatever is compiled for the template runs on any member. Devices loaded through
+  ``devices.load_backend`` all declare control flow (the snapshot of fake_kolkata lists none);
+  a member passed in as a fresh fake backend object may not, and its template then has none.
 - **Timing constraints** (dt, granularity, alignments) are not averaged: they are hardware grid
   rules, so the template takes the most common set among members (fake_brisbane's dt differs from
   the other Eagles'). Durations in the target are seconds and are averaged like errors.

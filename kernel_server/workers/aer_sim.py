@@ -21,6 +21,8 @@ fast path here:
      not take (mid-circuit measurement, reset, control flow) or where it would be slower.
    * ``statevector``: Aer's noisy trajectories, beyond the density matrix's width and whenever
      Aer could not sample all shots from one evolution (mid-circuit measurement, control flow).
+     Dynamic circuits (feed-forward) run with the noise as Kraus channels
+     (``CompactNoise.kraus_noise_model``), so Aer does not draw a new noisy circuit per shot.
 
 All three simulate the same noise model; none approximates it. The noise lives in
 :mod:`kernel_server.workers.noise`, the numpy engine in :mod:`kernel_server.workers.lazy_dm`; this
@@ -43,6 +45,7 @@ from qiskit.result.postprocess import format_counts_memory
 from qiskit_aer import AerSimulator
 from qiskit_aer.noise.passes import RelaxationNoisePass
 
+from kernel_server.estimator.dynamic import costliest_path, has_control_flow
 from kernel_server.workers.devices import calibration_id
 from kernel_server.workers.lazy_dm import (
     LazyProgram,
@@ -194,7 +197,9 @@ def _samples_once(circuit: QuantumCircuit) -> bool:
 
 def _aer_estimates(circuit: QuantumCircuit, shots: int) -> dict[str, float]:
     k = circuit.num_qubits
-    gates = [ci for ci in circuit.data if ci.operation.name not in ("barrier", "measure", "delay")]
+    # Control flow costs its heaviest branch, a for_loop its body times its iterations.
+    path = costliest_path(circuit)
+    gates = [ci for ci in path.data if ci.operation.name not in ("barrier", "measure", "delay")]
     multi = sum(1 for ci in gates if len(ci.qubits) > 1)
     estimates: dict[str, float] = {}
     if k <= AER_DENSITY_MATRIX_MAX_QUBITS:
@@ -236,13 +241,15 @@ def plan_noisy_run(transpiled: QuantumCircuit, shots: int, method: str = "auto")
     return _plan(compact_circuit(transpiled), shots, method)[0]
 
 
-def _aer_simulator(noise: CompactNoise, method: str) -> AerSimulator:
+def _aer_simulator(noise: CompactNoise, method: str, kraus: bool = False) -> AerSimulator:
     # Double precision: on this machine Aer's single-precision density matrix was no faster
     # (12 qubits: 1.9-2.5 s single, 2.0-2.1 s double).
-    simulator = noise.simulators.get(method)
+    key = f"{method}+kraus" if kraus else method
+    simulator = noise.simulators.get(key)
     if simulator is None:
-        simulator = AerSimulator(method=method, noise_model=noise.noise_model, precision="double")
-        noise.simulators[method] = simulator
+        model = noise.kraus_noise_model if kraus else noise.noise_model
+        simulator = AerSimulator(method=method, noise_model=model, precision="double")
+        noise.simulators[key] = simulator
     return simulator
 
 
@@ -256,7 +263,11 @@ def _run_aer(
             t1s=list(noise.t1s), t2s=list(noise.t2s), dt=noise.dt, op_types=Delay
         )
         circuit = relax(circuit)
-    result = _aer_simulator(noise, method).run(circuit, shots=shots, **_aer_seed(seed)).result()
+    # Trajectories that run shot by shot anyway go faster with Kraus noise (kraus_noise_model);
+    # static circuits keep the model they always had (and their seeded samples).
+    kraus = method == "statevector" and has_control_flow(circuit)
+    simulator = _aer_simulator(noise, method, kraus)
+    result = simulator.run(circuit, shots=shots, **_aer_seed(seed)).result()
     return dict(result.get_counts(0))
 
 
@@ -390,6 +401,10 @@ def ideal_probabilities(circuit: QuantumCircuit) -> dict[str, float]:
     Works on virtual circuits and on full-width transpiled ones (idle qubits are dropped first).
     Keys are formatted like counts, so the result goes straight into ``hellinger_fidelity``.
     """
+    if has_control_flow(circuit):
+        raise ValueError(
+            "ideal_probabilities takes static circuits; for control flow, sample ideal_counts"
+        )
     compact = compact_circuit(circuit).circuit
     if compact.num_qubits > _IDEAL_MAX_QUBITS:
         raise ValueError(f"{compact.num_qubits} active qubits is too many for a statevector")

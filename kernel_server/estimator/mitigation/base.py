@@ -36,8 +36,10 @@ from typing import Any, ClassVar, TypeAlias
 
 import numpy as np
 from qiskit import QuantumCircuit
-from qiskit.circuit import ControlFlowOp, Measure
+from qiskit.circuit import Measure
 from qiskit.quantum_info import Pauli, SparsePauliOp
+
+from kernel_server.estimator.dynamic import has_control_flow
 
 __all__ = [
     "TECHNIQUES",
@@ -52,6 +54,7 @@ __all__ = [
     "average_results",
     "expectation_value",
     "get_technique",
+    "has_control_flow",
     "measurement_map",
     "normalize",
     "reattach_measurements",
@@ -153,6 +156,11 @@ class MitigationTechnique(ABC):
     adds_midcircuit_measurements: ClassVar[bool] = False
     # construct_circuits needs config["observable"] (the stack fills it in).
     needs_observable: ClassVar[bool] = False
+    # Why the technique cannot take a dynamic circuit (control flow: if_test, switch, loops);
+    # None when it can. Techniques that rewrite the circuit as a static unitary cannot.
+    control_flow_limitation: ClassVar[str | None] = (
+        "it rewrites the circuit as a static unitary, and a dynamic circuit is none"
+    )
 
     def __init__(self, **config: Any) -> None:
         self.config = self.resolve_config(config)
@@ -214,6 +222,16 @@ class MitigationTechnique(ABC):
         """Estimated cost of mitigating ``circuit`` (without constructing the circuits where that
         is expensive)."""
 
+    def unsupported_reason(self, circuit: QuantumCircuit) -> str | None:
+        """Why this technique cannot mitigate ``circuit``, or None when it can (cheap: no
+        construction). Checked before plans offer the technique and before constructing."""
+        if self.control_flow_limitation is not None and has_control_flow(circuit):
+            return (
+                f"{self.name} cannot mitigate a circuit with control flow: "
+                f"{self.control_flow_limitation}"
+            )
+        return None
+
     def __repr__(self) -> str:
         overrides = {k: v for k, v in self.config.items() if self.default_config().get(k) != v}
         args = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
@@ -266,8 +284,11 @@ def get_technique(name: str) -> type[MitigationTechnique]:
 
 
 def _check_no_control_flow(circuit: QuantumCircuit) -> None:
-    if any(isinstance(ci.operation, ControlFlowOp) for ci in circuit.data):
-        raise ValueError("mitigation does not support control flow")
+    if has_control_flow(circuit):
+        raise ValueError(
+            "this technique needs a static circuit (unitary gates, then terminal measurements); "
+            "the circuit has control flow"
+        )
 
 
 def split_terminal_measurements(

@@ -58,6 +58,10 @@ class Cutting(MitigationTechnique):
     terminal_measurements_only: ClassVar[bool] = False
     adds_midcircuit_measurements: ClassVar[bool] = True
     needs_observable: ClassVar[bool] = True
+    control_flow_limitation: ClassVar[str | None] = (
+        "the quasi-probability decomposition needs a static circuit: a gate inside a branch runs "
+        "in some shots only, so its cut has no fixed coefficients"
+    )
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:

@@ -129,6 +129,10 @@ class DD(AveragingTechnique):
     name: ClassVar[str] = "dd"
     kind: ClassVar[str] = DISTRIBUTION
     produces: ClassVar[str] = DISTRIBUTION
+    control_flow_limitation: ClassVar[str | None] = (
+        "its pulses fill the idle windows of a static circuit's layers, and in a dynamic circuit "
+        "those windows depend on the branch a shot takes (nor can Qiskit schedule control flow)"
+    )
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:

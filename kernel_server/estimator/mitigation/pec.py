@@ -66,6 +66,10 @@ class PEC(MitigationTechnique):
     name: ClassVar[str] = "pec"
     kind: ClassVar[str] = EXPECTATION
     produces: ClassVar[str] = EXPECTATION
+    control_flow_limitation: ClassVar[str | None] = (
+        "mitiq samples the circuit in Cirq, converting it through OpenQASM 2, which has no "
+        "if_else, switch or loops"
+    )
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:

@@ -11,6 +11,10 @@ Calibration: one circuit measuring every measured qubit in |0>, one after an X o
 the circuit's own (qubit, clbit) measurement pairs, so they must run on the same physical qubits
 as the circuit (``same_qubits``). The tensored model is exact for independent per-qubit readout
 errors, which is what the simulated devices have (one ``ReadoutError`` per measured qubit).
+
+Dynamic circuits: the bits a condition reads (feed-forward bits) are left as recorded. A readout
+error there is not only a wrong record but a wrong branch, which no correction of the records
+undoes; the outcome bits that nothing reads afterwards are corrected as in a static circuit.
 """
 
 from __future__ import annotations
@@ -63,15 +67,33 @@ def nearest_probability_distribution(quasi: np.ndarray) -> np.ndarray:
 
 
 def _measurements(circuit: QuantumCircuit) -> list[tuple[int, int]]:
-    if any(isinstance(ci.operation, ControlFlowOp) for ci in circuit.data):
-        raise ValueError("rem: control flow is not supported")
-    pairs = [
-        (circuit.find_bit(ci.qubits[0]).index, circuit.find_bit(ci.clbits[0]).index)
-        for ci in circuit.data
-        if isinstance(ci.operation, Measure)
-    ]
-    if not pairs:
+    """The (qubit, clbit) pairs corrected: every measurement whose clbit no control flow reads or
+    writes afterwards.
+
+    A clbit a condition reads is a feed-forward bit: its readout error also sends the shot down
+    the wrong branch, an error in the quantum state that no correction of recorded bits undoes.
+    Such bits (and those written inside a branch) pass through uncorrected. A static circuit has
+    none: all its measurements are corrected.
+    """
+    pairs: list[tuple[int, int]] = []
+    measured = False
+    for ci in circuit.data:
+        if isinstance(ci.operation, Measure):
+            pairs.append(
+                (circuit.find_bit(ci.qubits[0]).index, circuit.find_bit(ci.clbits[0]).index)
+            )
+            measured = True
+        elif isinstance(ci.operation, ControlFlowOp):
+            steering = {circuit.find_bit(c).index for c in ci.clbits}
+            pairs = [(q, c) for q, c in pairs if c not in steering]
+    if not measured:
         raise ValueError("rem: the circuit has no measurements")
+    if not pairs:
+        raise ValueError(
+            "rem: every measured bit steers control flow after it (or is written inside a "
+            "branch); the readout errors of such bits act through the branches taken, which "
+            "correcting the recorded bits cannot undo"
+        )
     return pairs
 
 
@@ -98,6 +120,9 @@ class REM(MitigationTechnique):
     produces: ClassVar[str] = DISTRIBUTION
     # Calibrates measurements wherever they are, so it may follow cutting.
     terminal_measurements_only: ClassVar[bool] = False
+    # Corrects the outcome bits of a dynamic circuit too, leaving its feed-forward bits alone
+    # (see _measurements); the calibration circuits are static either way.
+    control_flow_limitation: ClassVar[str | None] = None
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
@@ -145,30 +170,46 @@ class REM(MitigationTechnique):
         if sum(segments) != width:
             raise ValueError(f"rem: count keys have {sum(segments)} bits, the circuit {width}")
         m = len(clbits)
-        # Dense vector over the measured clbits: index bit j is clbit clbits[j].
-        vector = np.zeros(2**m)
+        corrected_mask = sum(1 << clbit for clbit in clbits)
+        # One dense vector over the corrected clbits (index bit j is clbit clbits[j]) per value
+        # of the bits left as they are (feed-forward bits; none in a static circuit).
+        vectors: dict[int, np.ndarray] = {}
         total = float(sum(counts.values()))
         for key, weight in counts.items():
             bits = int(key.replace(" ", ""), 2)
             index = 0
             for j, clbit in enumerate(clbits):
                 index |= ((bits >> clbit) & 1) << j
+            vector = vectors.setdefault(bits & ~corrected_mask, np.zeros(2**m))
             vector[index] += float(weight) / total
-        # C-order reshape: axis a holds index bit m-1-a.
-        tensor = vector.reshape((2,) * m) if m else vector
+        rests = sorted(vectors)
+        # C-order reshape: axis 0 is the uncorrected bits' value, axis 1 + a holds index bit
+        # m-1-a.
+        tensor = np.stack([vectors[r] for r in rests]).reshape((len(rests),) + (2,) * m)
         for j, inverse in enumerate(inverses):
-            axis = m - 1 - j
+            axis = m - j
             tensor = np.moveaxis(np.tensordot(inverse, tensor, axes=([1], [axis])), 0, axis)
         corrected = tensor.reshape(-1)
         if cfg["project"]:
             corrected = nearest_probability_distribution(corrected)
         out: dict[str, float] = {}
-        for index in np.flatnonzero(np.abs(corrected) > 1e-12):
-            bits = 0
+        for flat in np.flatnonzero(np.abs(corrected) > 1e-12):
+            group, index = divmod(int(flat), 2**m)
+            bits = rests[group]
             for j, clbit in enumerate(clbits):
-                bits |= ((int(index) >> j) & 1) << clbit
-            out[_format(bits, width, segments)] = float(corrected[index])
+                bits |= ((index >> j) & 1) << clbit
+            out[_format(bits, width, segments)] = float(corrected[flat])
         return out
+
+    def unsupported_reason(self, circuit: QuantumCircuit) -> str | None:
+        try:
+            pairs = _measurements(circuit)
+        except ValueError as exc:
+            return str(exc)
+        clbits = len({c for _, c in pairs})
+        if clbits > MAX_MEASURED_CLBITS:
+            return f"rem: {clbits} measured clbits, at most {MAX_MEASURED_CLBITS}"
+        return None
 
     @staticmethod
     def inverse_confusion_matrices(

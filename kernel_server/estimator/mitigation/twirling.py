@@ -51,6 +51,10 @@ class Twirling(AveragingTechnique):
     name: ClassVar[str] = "twirl"
     kind: ClassVar[str] = DISTRIBUTION
     produces: ClassVar[str] = DISTRIBUTION
+    control_flow_limitation: ClassVar[str | None] = (
+        "mitiq twirls the circuit in Cirq, converting it through OpenQASM 2, which has no "
+        "if_else, switch or loops"
+    )
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:

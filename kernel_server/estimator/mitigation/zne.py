@@ -53,6 +53,10 @@ class ZNE(MitigationTechnique):
     name: ClassVar[str] = "zne"
     kind: ClassVar[str] = EXPECTATION
     produces: ClassVar[str] = EXPECTATION
+    control_flow_limitation: ClassVar[str | None] = (
+        "folding (G -> G G^dagger G) needs a static unitary, and mitiq converts circuits through "
+        "OpenQASM 2, which has no if_else, switch or loops"
+    )
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
