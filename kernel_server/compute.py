@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -48,18 +49,25 @@ class LocalCompute:
         self.cluster = ClassicalCluster([local_node()])
         self.pool_rebuilds = 0
 
+    # Both pools' workers get this process's pid for their lifeline: read in the worker, after
+    # its slow imports, the parent may already be init (workers/lifeline.py).
     def _new_step_pool(self) -> ProcessPoolExecutor:
         spawn = multiprocessing.get_context("spawn")  # never fork a process holding zmq sockets
         return ProcessPoolExecutor(
             self.step_workers,
             mp_context=spawn,
             initializer=classical.init_worker,
-            initargs=self._link,
+            initargs=(*self._link, os.getpid()),
         )
 
     def _new_qpu_pool(self) -> ProcessPoolExecutor:
         spawn = multiprocessing.get_context("spawn")
-        return ProcessPoolExecutor(self.qpu_workers, mp_context=spawn, initializer=start_lifeline)
+        return ProcessPoolExecutor(
+            self.qpu_workers,
+            mp_context=spawn,
+            initializer=start_lifeline,
+            initargs=(os.getpid(),),
+        )
 
     async def _in_pool(self, which: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run on a pool; if one of its processes died (killed, out of memory), every task it

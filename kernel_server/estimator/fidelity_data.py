@@ -328,12 +328,14 @@ def _map(
         yield from map(_run_logged, pending)
         return
     import multiprocessing
+    import os
 
     from kernel_server.workers.lifeline import start_lifeline
 
     # Spawned workers: fork after Aer or BLAS threads start is unsafe. The lifeline ends them
     # when this process is killed (they would otherwise simulate on for minutes as orphans).
-    with multiprocessing.get_context("spawn").Pool(workers, initializer=start_lifeline) as pool:
+    spawn = multiprocessing.get_context("spawn")
+    with spawn.Pool(workers, initializer=start_lifeline, initargs=(os.getpid(),)) as pool:
         yield from pool.imap_unordered(_run_logged, pending)
 
 
