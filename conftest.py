@@ -15,6 +15,18 @@ _home = tempfile.mkdtemp(prefix="qonductor-test-")
 os.environ.setdefault("QONDUCTOR_HOME", _home)
 os.environ.setdefault("QONDUCTOR_FLEET", "small")
 
+# Kernels started here (nbval, nbclient) show no live job-status widget: a cell shows it only
+# when it is still running after half a second, so whether its output is there would depend on
+# the machine's speed, and nbval compares outputs. The widget has tests of its own.
+# A folder of its own, left in place: this process's shells write their history there at exit,
+# after the home above is gone.
+_ipython_dir = tempfile.mkdtemp(prefix="qonductor-test-ipython-")
+os.makedirs(os.path.join(_ipython_dir, "profile_default"), exist_ok=True)
+for _name in ("ipython_config.py", "ipython_kernel_config.py"):
+    with open(os.path.join(_ipython_dir, "profile_default", _name), "w") as _fh:
+        _fh.write("c.Qonductor.live_status = False\n")
+os.environ.setdefault("IPYTHONDIR", _ipython_dir)
+
 
 def pytest_sessionfinish(session, exitstatus):
     """Stop the orchestrator this session started (a hook, so nbval-only runs stop it too)."""

@@ -24,7 +24,7 @@ def main() -> int:
     print("1. %%qonductor cell vs the same circuit directly on Aer")
     print("=" * 78, flush=True)
     sys.argv = [sys.argv[0]]
-    overhead.main()
+    overhead.main(["--fleets", "default"])
     print()
     print("=" * 78)
     print("2. Fleet noisy execution vs AerSimulator.from_backend")

@@ -44,6 +44,8 @@ CURRENT_USER: contextvars.ContextVar[str] = contextvars.ContextVar("qonductor_us
 
 # How long past a step's timeout the orchestrator waits for the worker's own report of it.
 STEP_TIMEOUT_GRACE_S = 10.0
+# How long a plan choice waits for that step's plans to be made (the client waits 60 s).
+CHOOSE_WAIT_S = 45.0
 
 Handler = Callable[[Any, bytes, str], Awaitable[P.Message | None]]
 
@@ -431,9 +433,10 @@ class Orchestrator:
                 f"{self.limits.max_shots} (limits.max_shots in its fleet file)"
             )
         bound = self.registry.bound(image.id)
-        missing = [n for n in image.graph["inputs"] if n not in msg.inputs and n not in bound]
-        optional = set(image.graph.get("optional_inputs", []))
-        missing = [n for n in missing if n not in optional]
+        # Only what the image declares required (a function-list workflow's parameters): a
+        # cell's free names are looked up when its steps run, NameError where one is missing.
+        required = image.graph.get("required_inputs", [])
+        missing = [n for n in required if n not in msg.inputs and n not in bound]
         if missing:
             raise UserError("missing inputs: " + ", ".join(missing))
         workflow_id = msg.workflow_id or new_id("wf")
@@ -460,6 +463,8 @@ class Orchestrator:
 
     async def h_choose_plan(self, msg: P.ChoosePlan, identity: bytes, rid: str) -> P.Message:
         self._check_owner(msg.workflow_id)
+        # Right after a --plan ask cell the plans may still be on their way: wait for them.
+        await self.manager.plans_asked(msg.workflow_id, msg.step_id, CHOOSE_WAIT_S)
         plan = self.manager.choose_plan(msg.workflow_id, msg.step_id, msg.plan)
         return P.Ok(data={"plan": plan})
 

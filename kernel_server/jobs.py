@@ -187,6 +187,9 @@ class WorkflowRun:
     error: str | None = None
     created_at: float = field(default_factory=time.time)
     finished_at: float | None = None
+    # The earliest step (in cell order) that failed. As in Python, what comes before it in the
+    # cell still runs to its end; what comes after it does not run.
+    failed_step: int | None = None
 
     @classmethod
     def new(cls, workflow_id: str, image_id: str, graph: dict[str, Any]) -> WorkflowRun:
@@ -219,16 +222,28 @@ class WorkflowRun:
         if self.state is WorkflowState.SUBMITTED:
             self.state = WorkflowState.RUNNING
 
-    def step_failed(self, step_id: int, error: str) -> list[JobRecord]:
-        """Mark the step failed and the workflow failed; return the jobs that were cancelled."""
+    def step_failed(self, step_id: int, error: str, stop_all: bool = False) -> list[JobRecord]:
+        """Mark the step failed and cancel what comes after it in the cell; return the jobs that
+        were cancelled. The workflow fails once every step before it is final: plain Python
+        would have run them all before reaching the failing line (``stop_all``: fail it now,
+        cancelling those too)."""
         job = self.steps[step_id]
         if not job.state.final:
             job.transition(JobState.FAILED, "step raised")
         job.error = error
-        self.error = error
-        self.state = WorkflowState.FAILED
-        self.finished_at = time.time()
-        return self._cancel_live("an earlier step failed")
+        if self.failed_step is None or step_id < self.failed_step:
+            self.failed_step, self.error = step_id, error
+        later = {sid for sid in self.steps if stop_all or sid > self.failed_step}
+        cancelled = self._cancel_live("an earlier step failed", later | {self.failed_step})
+        self._settle_failure()
+        return cancelled
+
+    def _settle_failure(self) -> None:
+        if self.failed_step is None or self.state.final:
+            return
+        if all(job.state.final for sid, job in self.steps.items() if sid < self.failed_step):
+            self.state = WorkflowState.FAILED
+            self.finished_at = time.time()
 
     def cancel(self) -> list[JobRecord]:
         if self.state.final:
@@ -238,18 +253,25 @@ class WorkflowRun:
         self.error = "cancelled by the user"
         return self._cancel_live("workflow cancelled")
 
-    def _cancel_live(self, cause: str) -> list[JobRecord]:
+    def _cancel_live(self, cause: str, step_ids: set[int] | None = None) -> list[JobRecord]:
+        """Cancel the live jobs of ``step_ids`` (default: every step) and their QPU jobs."""
         cancelled = []
         for job in [*self.steps.values(), *self.qpu_jobs.values()]:
+            if step_ids is not None and job.step_id not in step_ids:
+                continue
             if not job.state.final:
                 job.transition(JobState.CANCELLED, cause)
                 cancelled.append(job)
         return cancelled
 
     def step_done(self, step_id: int) -> bool:
-        """Record a finished step; return True when that finished the whole workflow."""
+        """Record a finished step; return True when that finished the whole workflow (done, or
+        failed: the last step before a failing one has finished)."""
         job = self.steps[step_id]
         job.transition(JobState.DONE, "step returned")
+        if self.failed_step is not None:
+            self._settle_failure()
+            return self.state.final
         if all(j.state is JobState.DONE for j in self.steps.values()):
             self.state = WorkflowState.DONE
             self.finished_at = time.time()

@@ -16,12 +16,14 @@ from typing import Any
 
 from . import protocol as P
 from .config import DEFAULT_SHOTS
+from .dataflow import cell_outputs, step_inputs
 from .fleet import QueuedJob, SimulatedQPU
 from .jobs import JobRecord, JobState, WorkflowRun, WorkflowState, new_id
+from .lru import LRU
 from .scheduler.cycle import QPUView
 from .scheduler.dispatch import CycleDispatcher
 from .scheduler.placement import DEFAULT_PLACEMENT, Candidate, place
-from .scheduler.plan_choice import choose_plan, parse_plan_option
+from .scheduler.plan_choice import ASSUMED_LOOP_CALLS, choose_plan, parse_plan_option
 from .store import Store
 from .workers.classical import StepOutcome, StepSpec
 
@@ -72,7 +74,14 @@ class JobManager:
         self.emit = emit
         self.reply = reply
         self.placement = placement
-        self.dispatcher = CycleDispatcher(self._qpu_views, balance=balance)
+        self.estimating = 0  # QPU jobs between their arrival and their placement decision
+        self.dispatcher = CycleDispatcher(
+            self._qpu_views, balance=balance, estimating=lambda: self.estimating
+        )
+        # A cell run again sends the same circuits: their estimates on a calibration, and their
+        # plans over the fleet's calibrations, are the same (keyed on Sample.fingerprint).
+        self.estimates: LRU[Any] = LRU(1024)
+        self.plans: LRU[list[dict[str, Any]]] = LRU(256)
         # (workflow, step) -> the plan its QPU jobs run with (None: unmitigated, scheduler's QPU)
         self.step_plans: dict[tuple[str, int | None], asyncio.Future] = {}
         # --plan ask: (workflow, step) -> (future of the user's answer, number of plans)
@@ -176,7 +185,7 @@ class JobManager:
         for job in paid:
             job.error = reason
             self.move(job, JobState.FAILED, "orchestrator restarted during a paid run")
-        cancelled = run.step_failed(first.step_id or 0, reason)
+        cancelled = run.step_failed(first.step_id or 0, reason, stop_all=True)
         self._persist([run.steps[first.step_id or 0]], "orchestrator restarted during a paid run")
         self._persist(cancelled, "an earlier step failed")
         self.store.update_workflow(run)
@@ -204,14 +213,8 @@ class JobManager:
 
     def _step_spec(self, run: WorkflowRun, sid: int) -> StepSpec:
         step = next(s for s in run.graph["steps"] if s["id"] == sid)
-        inputs: dict[str, bytes] = {}
-        results = self.step_results[run.id]
-        for name, producer in step["producers"].items():
-            source = (
-                self.inputs[run.id] if producer is None else results.get(int(producer), ({}, ""))[0]
-            )
-            if name in source:
-                inputs[name] = source[name]
+        results = {i: values for i, (values, _) in self.step_results[run.id].items()}
+        inputs = step_inputs(step, self.inputs[run.id], results)
         return StepSpec(
             workflow_id=run.id,
             step_id=sid,
@@ -221,6 +224,7 @@ class JobManager:
             cell_source=run.graph.get("source", ""),
             inputs=inputs,
             writes=list(step["writes"]),
+            deletes=list(step.get("deletes", [])),
             shots=int(self.options[run.id].get("shots", DEFAULT_SHOTS)),
         )
 
@@ -239,35 +243,39 @@ class JobManager:
             self.slots[lane] += 1
             self._dispatch()
         job.worker = outcome.worker or job.worker
-        if run.state.final:
-            return  # cancelled or failed while it ran: drop what it produced
+        if run.state.final or job.state.final:
+            return  # cancelled while it ran (or a step before it failed): drop what it produced
+        # Kept on failure too: what the step assigned before the error, as Python keeps it.
+        self.step_results[run.id][sid] = (outcome.outputs, outcome.stdout)
+        self.store.save_step_outputs(run.id, sid, outcome.outputs, outcome.stdout)
         if outcome.ok:
-            self.step_results[run.id][sid] = (outcome.outputs, outcome.stdout)
-            self.store.save_step_outputs(run.id, sid, outcome.outputs, outcome.stdout)
             finished = run.step_done(sid)
             self._persist([job], "step returned")
-            if finished:
-                self._finish(run)
-            else:
-                self._advance(run)
         else:
-            self.step_results[run.id][sid] = ({}, outcome.stdout)
             cancelled = run.step_failed(sid, outcome.error or "step failed")
             self._persist([job], outcome.error_type or "failed")
             self._persist(cancelled, "an earlier step failed")
             self._release(cancelled)
-            self.store.update_workflow(run)
-            self._wake(run.id)
+            finished = run.state.final
+        if finished:
+            self._finish(run)
+        else:
+            self._advance(run)  # steps before a failing one still run, as in Python
 
     def _finish(self, run: WorkflowRun) -> None:
+        """The workflow is final: keep the names it leaves behind (all of them when done; those
+        up to the failing step, or of the steps that finished before a cancel, otherwise)."""
         results = self.step_results[run.id]
-        outputs: dict[str, bytes] = {}
-        for name, sid in run.graph["outputs"].items():
-            values = results.get(int(sid), ({}, ""))[0]
-            if name in values:
-                outputs[name] = values[name]
-        stdout = "".join(results.get(s["id"], ({}, ""))[1] for s in run.graph["steps"])
-        run.state = WorkflowState.DONE
+        values = {sid: outputs for sid, (outputs, _) in results.items()}
+        upto = run.failed_step if run.state is WorkflowState.FAILED else None
+        outputs = cell_outputs(run.graph, values, upto)
+        stdout = "".join(
+            results[s["id"]][1]
+            for s in run.graph["steps"]
+            if s["id"] in results and (upto is None or s["id"] <= upto)
+        )
+        if not run.state.final:
+            run.state = WorkflowState.DONE
         run.finished_at = run.finished_at or time.time()
         self.store.save_outputs(run.id, outputs, stdout)
         self.store.update_workflow(run)
@@ -324,24 +332,23 @@ class JobManager:
                 "options": row.get("options", {}),
             },
         )
-        if run.state is WorkflowState.DONE:
+        if run.state.final:
+            # Failed or cancelled: what was assigned before, as the names a cell keeps.
             reply.stdout = row.get("stdout") or ""
             if with_outputs:
                 reply.outputs = self.store.workflow_outputs(run.id) or {}
-        elif run.state.final:
-            partial = self.step_results.get(run.id, {})
-            reply.stdout = "".join(v[1] for _, v in sorted(partial.items()))
         return reply
 
     def cancel(self, workflow_id: str) -> tuple[WorkflowRun, list[JobRecord]]:
         run = self.run_for(workflow_id)
         if run.id not in self.runs:
             return run, []  # finished before this orchestrator started: nothing is live
+        if run.state.final:
+            return run, []
         cancelled = run.cancel()
         self._persist(cancelled, "workflow cancelled")
         self._release(cancelled)
-        self.store.update_workflow(run)
-        self._wake(run.id)
+        self._finish(run)
         return run, cancelled
 
     # ------------------------------------------------------------------ quantum jobs
@@ -369,9 +376,9 @@ class JobManager:
                 f"{largest}; fleet: {sizes}. Reduce the circuit's width "
                 "(or cut it)."
             )
-        raise UserError(
-            f"no QPU satisfies the configuration {req} for a {width}-qubit circuit; fleet: {sizes}"
-        )
+        # Width 0: checked before any circuit exists (deploy, invoke); the config alone fails.
+        what = f" for a {width}-qubit circuit" if width else ""
+        raise UserError(f"no QPU satisfies the configuration qpu: {req}{what}; fleet: {sizes}")
 
     def submit_sample(self, msg: P.Sample, identity: bytes, rid: str) -> None:
         """A step called sample(): create its QPU job; the worker gets the reply when it is done."""
@@ -397,6 +404,8 @@ class JobManager:
         self, run: WorkflowRun, job: JobRecord, msg: P.Sample, identity: bytes, rid: str, index: int
     ) -> None:
         options = self.options[run.id]
+        self.estimating += 1
+        estimating = True
         try:
             self.move(job, JobState.ESTIMATING)
             pinned = self.sessions.get((run.id, msg.step_id))
@@ -406,15 +415,15 @@ class JobManager:
                 # Run where the plan says: a QPU of its template (if the config allows one).
                 members = [q for q in qpus if q.name in set(plan.get("members", []))]
                 qpus = members or qpus
-            estimates = await asyncio.gather(
-                *[self.ex.estimate(msg.circuits, q.name) for q in qpus]
-            )
+            estimates = await asyncio.gather(*[self._estimate(msg, q) for q in qpus])
             by_name = {e.device: e for e in estimates}
             candidates = [
                 Candidate(q.name, by_name[q.name].fidelity, q.expected_wait_s()) for q in qpus
             ]
             policy = options.get("placement", self.placement)
             priority = options.get("priority", "balanced")
+            self.estimating -= 1
+            estimating = False
             if policy == "qonductor" and len(candidates) > 1:
                 name = await self.dispatcher.place(
                     job.id,
@@ -458,6 +467,9 @@ class JobManager:
             self.move(job, JobState.DONE, f"simulated with {job.method}")
             await self.reply(identity, rid, P.SampleReply(results=execution.counts, qpu=chosen.qpu))
         except asyncio.CancelledError:
+            if estimating:
+                self.estimating -= 1
+                estimating = False
             if not job.state.final:
                 self.move(job, JobState.CANCELLED, "workflow cancelled")
             self.qpu_waits.pop(job.id, None)
@@ -467,10 +479,22 @@ class JobManager:
                 P.ErrorReply(type="WorkflowCancelled", message="the workflow was cancelled"),
             )
         except Exception as exc:
+            if estimating:
+                self.estimating -= 1
+                estimating = False
             job.error = f"{type(exc).__name__}: {exc}"
             if not job.state.final:
                 self.move(job, JobState.FAILED, job.error)
             await self.reply(identity, rid, P.ErrorReply(type=type(exc).__name__, message=str(exc)))
+
+    async def _estimate(self, msg: P.Sample, qpu: SimulatedQPU) -> Any:
+        """The job's estimate on one QPU (remembered per circuits and calibration)."""
+        key = (msg.fingerprint, qpu.name, qpu.info.get("calibration_id"))
+        cached = self.estimates.get(key) if msg.fingerprint else None
+        if cached is not None:
+            return cached
+        estimate = await self.ex.estimate(msg.circuits, qpu.name)
+        return self.estimates.put(key, estimate) if msg.fingerprint else estimate
 
     async def _step_plan(
         self, run: WorkflowRun, job: JobRecord, msg: P.Sample, index: int
@@ -487,15 +511,14 @@ class JobManager:
             chosen: int | None = None
             try:
                 if self.ex.plan is not None:
-                    try:
-                        plans = await self.ex.plan(msg.circuits, msg.shots)
-                    except Exception as exc:  # a lost worker: advice missing, job goes on
-                        plans = [{"error": f"{type(exc).__name__}: {exc}"}]
+                    plans = await self._plans(msg)
                 mode = parse_plan_option(options.get("plan"))
                 usable = [p for p in plans if "error" not in p]
                 if mode == "ask" and usable:
                     mode = await self._ask_for_plan(run, job, msg, usable)
-                chosen = choose_plan(plans, mode, options.get("priority", "balanced"))
+                chosen = choose_plan(
+                    plans, mode, options.get("priority", "balanced"), self._calls(run, msg.step_id)
+                )
             except BaseException as exc:
                 future.set_exception(exc)
                 future.exception()  # retrieved: the other jobs of the step re-raise it
@@ -505,6 +528,34 @@ class JobManager:
             job.plans = plans
             future.set_result(plans[chosen] if chosen is not None else None)
         return await asyncio.shield(future)
+
+    async def _plans(self, msg: P.Sample) -> list[dict[str, Any]]:
+        """The resource plans of a step's circuits (remembered per circuits, shots and the
+        fleet's calibrations); ``[{"error": ...}]`` when they cannot be made."""
+        assert self.ex.plan is not None
+        calibrations = tuple(
+            sorted((n, q.info.get("calibration_id")) for n, q in self.qpus.items())
+        )
+        key = (msg.fingerprint, msg.shots, calibrations)
+        cached = self.plans.get(key) if msg.fingerprint else None
+        if cached is not None:
+            return [dict(p) for p in cached]
+        try:
+            plans = await self.ex.plan(msg.circuits, msg.shots)
+        except Exception as exc:  # a lost worker: advice missing, job goes on
+            return [{"error": f"{type(exc).__name__}: {exc}"}]
+        if msg.fingerprint and plans and "error" not in plans[0]:
+            self.plans.put(key, [dict(p) for p in plans])
+        return plans
+
+    @staticmethod
+    def _calls(run: WorkflowRun, step_id: int) -> int:
+        """QPU calls the step makes with its plan: one for a quantum step; for a hybrid step
+        what its text shows, or a long loop where it does not say."""
+        step = next((s for s in run.graph["steps"] if s["id"] == step_id), {})
+        if step.get("kind") != "hybrid":
+            return 1
+        return int(step.get("expected_calls") or ASSUMED_LOOP_CALLS)
 
     async def _ask_for_plan(
         self, run: WorkflowRun, job: JobRecord, msg: P.Sample, plans: list[dict[str, Any]]
@@ -522,11 +573,31 @@ class JobManager:
         finally:
             self.plan_requests.pop(key, None)
 
+    async def plans_asked(self, workflow_id: str, step_id: int, timeout: float) -> None:
+        """Wait (up to ``timeout``) until the step asks for a plan, while it still may: it has
+        not started, or its first QPU job is estimating the plans."""
+        run = self.run_for(workflow_id)
+        deadline = time.monotonic() + timeout
+        while (workflow_id, step_id) not in self.plan_requests and time.monotonic() < deadline:
+            step = run.steps.get(step_id)
+            if run.state.final or step is None or step.state.final:
+                return
+            if parse_plan_option(self.options.get(run.id, {}).get("plan")) != "ask":
+                return
+            await asyncio.sleep(0.05)
+
     def choose_plan(self, workflow_id: str, step_id: int, plan: Any) -> int | str:
         """The user's answer to a ``--plan ask`` step (a plan number or "off")."""
         run = self.run_for(workflow_id)
         request = self.plan_requests.get((run.id, step_id))
         if request is None:
+            step = run.steps.get(step_id)
+            if step is not None and not step.state.final and not run.state.final:
+                raise UserError(
+                    f"step {step_id} of workflow {workflow_id} has no plans yet: it still waits "
+                    f"for the steps before it ({step.state.value}); choose once "
+                    f"%qonductor plans {workflow_id} lists them"
+                )
             raise UserError(
                 f"workflow {workflow_id} has no step {step_id} waiting for a plan "
                 f"(it is {run.state.value}; plans are chosen once, when the step is ready)"

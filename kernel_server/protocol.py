@@ -197,6 +197,9 @@ class Sample(Message):
     shots: int = 0
     num_qubits: int = 0
     kind: str = "sample"
+    # workers.circuit_identity.fingerprint of the circuits ("" unknown): what estimates and
+    # plans are remembered under.
+    fingerprint: str = ""
 
 
 # Replies ------------------------------------------------------------------------------------

@@ -68,17 +68,16 @@ class Registry:
         digest = hashlib.sha256()
         digest.update(source.encode())
         digest.update(json.dumps(config, sort_keys=True).encode())
+        # The name is part of what the image is: the same cell run unnamed after a --name run
+        # must not carry that name.
+        digest.update((name or "").encode())
         for key in sorted(bound):
             digest.update(key.encode())
             digest.update(bound[key])
         image_id = "img-" + digest.hexdigest()[:12]
         folder = self.root / image_id
         if (folder / "image.json").exists():
-            image = self.get(image_id)
-            if name and image.name != name:
-                image.name = name
-                self._write(image)
-            return image
+            return self.get(image_id)
         image = Image(
             id=image_id,
             name=name or f"workflow-{image_id[4:10]}",

@@ -23,7 +23,9 @@ _API = (
     "fleet",
 )
 
-__all__ = [*_API, "load_ipython_extension", "unload_ipython_extension"]
+from .primitives import estimate, sample  # noqa: E402  (light: no qiskit at import)
+
+__all__ = [*_API, "sample", "estimate", "load_ipython_extension", "unload_ipython_extension"]
 
 
 def __getattr__(name: str) -> Any:

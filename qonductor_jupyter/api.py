@@ -6,15 +6,17 @@ The ``%%qonductor`` magic is a thin layer over ``run_cell`` here, so plain Pytho
 from __future__ import annotations
 
 import inspect
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle
 
 from kernel_server import protocol as P
-from kernel_server.cell_functions import rebind_cell_functions
 
 from .client import get_client
 from .errors import (
@@ -24,6 +26,7 @@ from .errors import (
     WorkflowFailed,
     from_remote,
 )
+from .namespace_update import Applied, apply_outputs
 from .splitter import WorkflowGraph, split_cell
 
 # Names that only make sense inside the IPython process; shipping them would drag the shell along.
@@ -51,6 +54,7 @@ def _function_list_source(steps: list[Any]) -> tuple[str, dict[str, bytes]]:
 
     lines: list[str] = []
     bound: dict[str, bytes] = {}
+    required: list[str] = []
     have_value = False
     for i, step in enumerate(steps):
         name = f"_qstep_{i}"
@@ -74,20 +78,31 @@ def _function_list_source(steps: list[Any]) -> tuple[str, dict[str, bytes]]:
                 ]
                 args = ", ".join(f"{p}={p}" for p in params)
                 lines.append(f"result = {name}({args})")
+                required = params
         else:
             raise QonductorError(
                 f"step {i} is a {type(step).__name__}; a workflow step must be "
                 "a callable, a QuantumCircuit or 'sample'"
             )
         have_value = True
-    return "\n".join(lines) + "\n", bound
+    return "\n".join(lines) + "\n", bound, required
 
 
-def _graph_dict(source: str) -> dict[str, Any]:
-    graph = split_cell(source)
-    data = graph.to_dict()
+def _graph_dict(
+    source: str, graph: WorkflowGraph | None = None, required: list[str] | None = None
+) -> dict[str, Any]:
+    data = (graph or split_cell(source)).to_dict()
     data["source"] = source
+    # Inputs ``invoke`` refuses to start without: the image's parameters. A cell run by the
+    # magic has none: as in Python, a name it reads and nobody defined is a NameError where it
+    # is read, after the lines before it ran.
+    data["required_inputs"] = list(required or [])
     return data
+
+
+def _parameters(graph: WorkflowGraph) -> list[str]:
+    """A cell image's parameters: the names it reads and never assigns itself."""
+    return [name for name in graph.inputs if name not in graph.outputs]
 
 
 def create_workflow(
@@ -102,13 +117,25 @@ def create_workflow(
         raise QonductorError(str(exc)) from None
     if isinstance(code, str):
         source, bound = code, {}
+        graph = split_cell(source)
+        required = _parameters(graph)
     elif isinstance(code, (list, tuple)) and code:
-        source, bound = _function_list_source(list(code))
+        source, bound, required = _function_list_source(list(code))
+        graph = split_cell(source)
     else:
         raise QonductorError("code must be cell source (str) or a non-empty list of steps")
-    graph = _graph_dict(source)
+    return _create_image(source, _graph_dict(source, graph, required), cfg, name, bound)
+
+
+def _create_image(
+    source: str,
+    graph: dict[str, Any],
+    cfg: dict[str, Any],
+    name: str | None,
+    bound: dict[str, bytes] | None = None,
+) -> str:
     reply = _request(
-        P.CreateWorkflow(source=source, graph=graph, config=cfg, name=name, bound=bound)
+        P.CreateWorkflow(source=source, graph=graph, config=cfg, name=name, bound=bound or {})
     )
     return reply.data["image_id"]  # type: ignore[attr-defined]
 
@@ -126,9 +153,16 @@ def deploy(image_id: str, config: dict[str, Any] | str | None = None) -> str:
 
 
 def pickle_inputs(inputs: dict[str, Any]) -> dict[str, bytes]:
+    from kernel_server.cell_functions import mark_origin
+
+    if "qiskit" in sys.modules:  # circuits among the inputs: switch default cases survive
+        from kernel_server.workers.circuit_identity import register_reducers
+
+        register_reducers()
     blobs: dict[str, bytes] = {}
     problems = []
     for name, value in inputs.items():
+        mark_origin(value)  # a notebook function keeps its cell's source where it runs
         try:
             blobs[name] = cloudpickle.dumps(value)
         except Exception as exc:  # pickling raises many exception types
@@ -189,6 +223,14 @@ def wait(
             return reply
 
 
+def final_within(workflow_id: str, seconds: float) -> P.WorkflowReply | None:
+    """One long poll of at most ``seconds``: the final reply (with values), or None."""
+    reply: P.WorkflowReply = _request(
+        P.GetResults(workflow_id=workflow_id, wait_s=seconds), timeout=seconds + 30.0
+    )  # type: ignore[assignment]
+    return reply if reply.state in ("done", "failed", "cancelled") else None
+
+
 def _raise_for(reply: P.WorkflowReply) -> None:
     if reply.state == "failed":
         raise WorkflowFailed(reply)
@@ -196,10 +238,18 @@ def _raise_for(reply: P.WorkflowReply) -> None:
         raise WorkflowCancelled(f"workflow {reply.workflow_id} was cancelled; it has no results")
 
 
-def workflow_results(workflow_id: str, timeout: float | None = None) -> dict[str, Any]:
-    """Wait for the workflow and return the values its code assigned, by name."""
+def workflow_results(
+    workflow_id: str, timeout: float | None = None, partial: bool = False
+) -> dict[str, Any]:
+    """Wait for the workflow and return the values its code assigned, by name.
+
+    A failed or cancelled workflow raises, unless ``partial``: then the values assigned before
+    the error (or the cancel) come back, as a plain Python cell would have left them: the names
+    of every step before the failing one, and what the failing step assigned before it raised.
+    """
     reply = wait(workflow_id, timeout)
-    _raise_for(reply)
+    if not partial:
+        _raise_for(reply)
     return {name: cloudpickle.loads(blob) for name, blob in (reply.outputs or {}).items()}
 
 
@@ -228,23 +278,17 @@ def fleet() -> list[dict[str, Any]]:
 
 # -------------------------------------------------------------------- the cell path
 def capture_inputs(graph: WorkflowGraph, namespace: dict[str, Any]) -> dict[str, Any]:
-    """The values of the cell's free names, checked before anything is queued."""
+    """The values of the cell's free names that the notebook has.
+
+    A name the notebook lacks is left out, not refused: the splitter's reads are conservative (a
+    name the cell may assign before reading it counts as read), and where the cell really reads
+    an unassigned name, its step raises NameError at that line, as Python would.
+    """
     kernel_only = sorted(n for n in graph.inputs if n in KERNEL_ONLY_NAMES)
     if kernel_only:
         raise InputError(
             f"{', '.join(kernel_only)} only exist in the notebook kernel and cannot "
             "be used inside a %%qonductor cell (IPython magics included)"
-        )
-    # The splitter's reads are conservative: a name bound only inside a loop and read after it
-    # counts as read. Such a name is fine when the cell binds it; only names the cell never binds
-    # and the notebook does not have are an error (the NameError Python would raise, but early).
-    written = set(graph.outputs)
-    missing = [n for n in graph.inputs if n not in namespace and n not in written]
-    if missing:
-        raise InputError(
-            f"name{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-            f"{'are' if len(missing) > 1 else 'is'} not defined: neither in the "
-            "notebook nor assigned earlier in the cell"
         )
     return {n: namespace[n] for n in graph.inputs if n in namespace}
 
@@ -269,30 +313,143 @@ def check_circuit_widths(values: dict[str, Any]) -> None:
         )
 
 
+@dataclass
+class Submission:
+    """What the kernel sent for a cell: to bring its results back the way Python would leave
+    them (unchanged inputs keep their identity, in-place changes land on the notebook's own
+    objects, cell functions find their source)."""
+
+    source: str
+    graph: WorkflowGraph
+    blobs: dict[str, bytes] = field(default_factory=dict)
+
+
+_submissions: dict[str, Submission] = {}
+_submissions_lock = threading.Lock()
+
+
+def split_for(source: str, namespace: dict[str, Any]) -> WorkflowGraph:
+    """Split a cell as it reads in this notebook: functions of other cells that call sample(),
+    and aliases of the primitives, count (notebook_names)."""
+    from .notebook_names import notebook_context
+    from .splitter import parse_cell
+
+    return split_cell(source, notebook_context(parse_cell(source), namespace))
+
+
 def submit_cell(
     source: str,
     namespace: dict[str, Any],
-    config: dict[str, Any] | None = None,
+    config: dict[str, Any] | str | None = None,
     name: str | None = None,
+    graph: WorkflowGraph | None = None,
     **options: Any,
 ) -> tuple[str, WorkflowGraph]:
     """Split, register, deploy and invoke a cell; returns (workflow id, graph)."""
-    graph = split_cell(source)
+    from kernel_server.config import ConfigError, load_config
+
+    from .preflight import check_static_widths
+
+    graph = graph or split_for(source, namespace)
     values = capture_inputs(graph, namespace)
     blobs = pickle_inputs(values)  # fails before anything is registered
     check_circuit_widths(values)
-    image_id = create_workflow(source, config, name)
+    check_static_widths(source, values, fleet)
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        raise QonductorError(str(exc)) from None
+    data = _graph_dict(source, graph)
+    _count_calls(data, source, namespace, values)
+    image_id = _create_image(source, data, cfg, name)
     deploy(image_id)
-    return _invoke(image_id, blobs, options), graph
+    workflow_id = _invoke(image_id, blobs, options)
+    with _submissions_lock:
+        _submissions[workflow_id] = Submission(source, graph, blobs)
+    return workflow_id, graph
+
+
+def _count_calls(
+    data: dict[str, Any], source: str, namespace: dict[str, Any], values: dict[str, Any]
+) -> None:
+    """Give each hybrid step the number of QPU calls its text shows (the orchestrator weighs
+    its plan over all of them: scheduler.plan_choice)."""
+    hybrid = [step for step in data["steps"] if step["kind"] == "hybrid"]
+    if not hybrid:
+        return
+    import ast
+
+    from .notebook_names import notebook_context
+    from .preflight import expected_calls
+    from .splitter import QUANTUM_PRIMITIVES, quantum_functions
+
+    tree = ast.parse(source)
+    context = notebook_context(tree, namespace)
+    names = QUANTUM_PRIMITIVES | context.primitives | quantum_functions(tree, context)
+    for step in hybrid:
+        step["expected_calls"] = expected_calls(step["source"], values, names)
 
 
 def collect(
-    workflow_id: str, namespace: dict[str, Any], timeout: float | None = None
+    workflow_id: str,
+    namespace: dict[str, Any],
+    timeout: float | None = None,
+    reply: P.WorkflowReply | None = None,
 ) -> tuple[P.WorkflowReply, dict[str, Any]]:
-    """Wait for a submitted cell, push its outputs into the namespace; return (reply, outputs)."""
-    reply = wait(workflow_id, timeout)
+    """Wait for a submitted cell (or take its final ``reply``), bring its names into the
+    namespace; return (reply, outputs). On failure the names assigned before the error are set
+    and WorkflowFailed says which."""
+    if reply is None:
+        reply = wait(workflow_id, timeout)
+    applied = bring_back(workflow_id, reply, namespace)
+    raise_final(reply, applied)
+    return reply, applied.values
+
+
+def raise_final(reply: P.WorkflowReply, applied: Applied | None = None) -> None:
+    """WorkflowFailed or WorkflowCancelled for a workflow that did not finish, saying what the
+    notebook kept (``applied``); nothing for a done one."""
+    if reply.state == "failed":
+        raise WorkflowFailed(reply, applied)
+    if reply.state == "cancelled":
+        kept = f"; names set before it stopped: {', '.join(applied.names)}" if applied else ""
+        raise WorkflowCancelled(f"workflow {reply.workflow_id} was cancelled{kept}")
+
+
+def bring_back(workflow_id: str, reply: P.WorkflowReply, namespace: dict[str, Any]) -> Applied:
+    """Set the names a final workflow left behind in the namespace (main thread only: values
+    are unpickled here, and qiskit objects must not be built beside the user's own code)."""
+    with _submissions_lock:
+        submission = _submissions.pop(workflow_id, None)
+    return apply_outputs(
+        workflow_id,
+        reply.outputs or {},
+        namespace,
+        sent=submission.blobs if submission else {},
+        mutated_only=submission.graph.mutated_only if submission else (),
+        source=submission.source if submission else None,
+    )
+
+
+def run_primitive(kind: str, *args: Any, shots: int | None = None) -> Any:
+    """``sample``/``estimate`` called outside a ``%%qonductor`` cell: a workflow of one quantum
+    step, its value returned (or its error raised as itself)."""
+    from kernel_server.workers.classical import check_circuits, check_shots, circuit_for_estimate
+
+    check_shots(shots)
+    if kind == "sample":
+        check_circuits(args[0])
+    else:
+        circuit_for_estimate(args[0])
+    names = ["circuit", "observables"][: len(args)]
+    source = f"value = {kind}({', '.join(names)})\n"
+    graph = split_cell(source)
+    image_id = _create_image(source, _graph_dict(source, graph), {}, kind)
+    deploy(image_id)
+    inputs = pickle_inputs(dict(zip(names, args, strict=True)))
+    workflow_id = _invoke(image_id, inputs, {"shots": shots})
+    reply = wait(workflow_id)
+    if reply.state == "failed":
+        raise WorkflowFailed(reply)
     _raise_for(reply)
-    outputs = {n: cloudpickle.loads(b) for n, b in (reply.outputs or {}).items()}
-    rebind_cell_functions(outputs, namespace)
-    namespace.update(outputs)
-    return reply, outputs
+    return cloudpickle.loads((reply.outputs or {})["value"])

@@ -30,31 +30,58 @@ class WorkflowCancelled(QonductorError):
 
 
 class WorkflowFailed(QonductorError):
-    """A step raised. Carries the step's own traceback (with the cell's line numbers)."""
+    """A step raised. Carries the step's own traceback (with the cell's line numbers) and what
+    was kept: the names the cell had assigned before the error (``applied``)."""
 
     title = "Qonductor workflow"
 
-    def __init__(self, reply: Any):
+    def __init__(self, reply: Any, applied: Any = None):
         self.reply = reply
         self.workflow_id = reply.workflow_id
+        self.applied = applied
         failed = [s for s in reply.steps if s["state"] == "failed"]
-        self.step = failed[0] if failed else None
+        # The earliest failing step in the cell is the error Python would have raised.
+        self.step = min(failed, key=lambda s: s["step_id"]) if failed else None
         where = ""
         if self.step is not None:
-            where = (
-                f" in step {self.step['step_id']} ({self.step['kind']}, "
-                f"line {self.step['lineno']}-{self.step['end_lineno']})"
-            )
+            lines = f"line {self.step['lineno']}"
+            if self.step["end_lineno"] != self.step["lineno"]:
+                lines = f"lines {self.step['lineno']}-{self.step['end_lineno']}"
+            where = f" in step {self.step['step_id']} ({self.step['kind']}, {lines})"
         self.user_traceback = reply.error or "unknown error"
+        self.error_type = _last_error_type(self.user_traceback)
         super().__init__(f"workflow {reply.workflow_id} failed{where}:\n{self.user_traceback}")
+
+    def kept(self) -> list[str]:
+        """Lines on what the failure left in the notebook."""
+        if self.applied is None:
+            return []
+        if not self.applied:
+            return ["No names were set: the error came before the cell assigned any."]
+        return [
+            "Names set before the error (as plain Python keeps them): "
+            + ", ".join(self.applied.names),
+            *self.applied.notes(),
+        ]
 
     def _render_traceback_(self) -> list[str]:
         lines = str(self).splitlines()
         return [
             f"\x1b[31mQonductor workflow error:\x1b[0m {lines[0]}",
             *lines[1:],
-            "Other workflows are not affected; fix the cell and run it again.",
+            *self.kept(),
+            f"They stay available as qonductor_jupyter.workflow_results({self.workflow_id!r}, "
+            "partial=True). Other workflows are not affected.",
         ]
+
+
+def _last_error_type(traceback_text: str) -> str | None:
+    """The exception's type name from the last line of a formatted traceback."""
+    for line in reversed(traceback_text.strip().splitlines()):
+        head = line.split(":", 1)[0].strip()
+        if head and not line.startswith(" ") and head.replace(".", "").replace("_", "").isalnum():
+            return head.rsplit(".", 1)[-1]
+    return None
 
 
 class OrchestratorError(QonductorError):

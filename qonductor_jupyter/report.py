@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -107,8 +107,7 @@ def _html_table(columns: tuple[tuple[str, str], ...], rows: list[dict[str, str]]
 
 
 PLANS_NOTE = (
-    "Resource plans (Pareto rank over fidelity, time and cost; * = the plan the step ran with, "
-    "none marked: it ran unmitigated on the QPU above):"
+    "Resource plans (Pareto rank over fidelity, time and cost; * = the plan the step ran with):"
 )
 
 
@@ -119,37 +118,54 @@ class WorkflowReport:
     steps: list[dict[str, Any]]
     outputs: list[str]
     placement: str = ""
+    notes: list[str] = field(default_factory=list)  # how names came back (changed in place...)
 
     @classmethod
-    def from_reply(cls, reply: Any, outputs: list[str]) -> WorkflowReport:
+    def from_reply(
+        cls, reply: Any, outputs: list[str], notes: list[str] | None = None
+    ) -> WorkflowReport:
         return cls(
             reply.workflow_id,
             reply.state,
             reply.steps,
             outputs,
             reply.info.get("options", {}).get("placement", ""),
+            list(notes or []),
         )
 
     def rows(self) -> list[dict[str, str]]:
         return [_step_row(s) for s in self.steps]
 
-    def plan_sections(self) -> list[tuple[str, list[dict[str, Any]] | str]]:
-        """(step title, plans or an error message) for each step that has plans."""
-        sections: list[tuple[str, list[dict[str, Any]] | str]] = []
+    def plan_sections(self) -> Sections:
+        """(step title, plans or a message, lines under the table) for each step with plans."""
+        sections: Sections = []
         for step in self.steps:
             plans = step_plans(step)
             if not plans:
                 continue
             title = f"step {step['step_id']} (lines {step['lineno']}-{step['end_lineno']})"
             if "error" in plans[0]:
-                sections.append((title, f"no plans: {plans[0]['error']}"))
+                sections.append((title, f"no plans: {plans[0]['error']}", []))
             else:
-                sections.append((title, plans))
+                sections.append((title, plans, plan_summary(self.workflow_id, step, plans)))
         return sections
 
     def plans_only(self) -> PlansReport:
         """The plan tables alone (``%qonductor plans ID``)."""
-        return PlansReport(self.workflow_id, self.plan_sections())
+        return PlansReport(self.workflow_id, self.plan_sections(), self.waiting_for_plans())
+
+    def waiting_for_plans(self) -> list[str]:
+        """Quantum steps whose plans are not made yet, and why."""
+        lines = []
+        for step in self.steps:
+            if step["kind"] == "classical" or step_plans(step) or step["state"] in FINAL:
+                continue
+            where = f"step {step['step_id']} (lines {step['lineno']}-{step['end_lineno']})"
+            if step["state"] in ("pending", "queued"):
+                lines.append(f"{where}: its plans are made when the steps it needs have run")
+            else:
+                lines.append(f"{where}: estimating its plans (they appear in a moment)")
+        return lines
 
     def __repr__(self) -> str:
         lines = [f"Qonductor workflow {self.workflow_id}: {self.state}"]
@@ -157,6 +173,7 @@ class WorkflowReport:
         lines += _plan_lines(self.plan_sections())
         names = ", ".join(self.outputs) if self.outputs else "(none)"
         lines.append(f"Variables set: {names}")
+        lines += self.notes
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -167,33 +184,61 @@ class WorkflowReport:
             _html_table(COLUMNS, self.rows()),
         ]
         parts += _plan_html(self.plan_sections())
-        parts.append(f"<div>Variables set: <code>{names}</code></div></div>")
+        parts.append(f"<div>Variables set: <code>{names}</code></div>")
+        parts += [f"<div>{html.escape(note)}</div>" for note in self.notes]
+        parts.append("</div>")
         return "".join(parts)
 
 
-Sections = list[tuple[str, list[dict[str, Any]] | str]]
+FINAL = ("done", "failed", "cancelled")
+Sections = list[tuple[str, list[dict[str, Any]] | str, list[str]]]
+
+
+def plan_summary(workflow_id: str, step: dict[str, Any], plans: list[dict[str, Any]]) -> list[str]:
+    """What the step's plan choice meant: which plan, and what it cost over all the step's QPU
+    jobs (a hybrid loop pays the plan's time on every call) against running unmitigated."""
+    if any(p.get("awaiting_choice") for p in plans):
+        return [
+            f"waiting for your choice: %qonductor choose {workflow_id} {step['step_id']} PLAN "
+            "(or the buttons of the plan widget)"
+        ]
+    chosen = next((p for p in plans if p.get("chosen")), None)
+    calls = len(step.get("qpu_jobs") or [])
+    if chosen is None:
+        return [f"none marked: its {calls} QPU job(s) ran unmitigated on the QPU above"]
+    unmitigated = [p["quantum_seconds"] for p in plans if p.get("mitigation") == "none"]
+    line = (
+        f"ran with plan {chosen['number']} ({chosen['mitigation']} on {chosen['backend']}): "
+        f"{calls} QPU job(s) x {chosen['quantum_seconds']:.2f} s estimated QPU time = "
+        f"{calls * chosen['quantum_seconds']:.2f} s, ${calls * chosen['cost']:.2f}"
+    )
+    if unmitigated and chosen.get("mitigation") != "none":
+        line += f" (unmitigated: {calls * min(unmitigated):.2f} s)"
+    return [line]
 
 
 def _plan_lines(sections: Sections) -> list[str]:
     lines = [PLANS_NOTE] if sections else []
-    for title, plans in sections:
+    for title, plans, under in sections:
         lines.append(f"  {title}")
         if isinstance(plans, str):
             lines.append(f"    {plans}")
         else:
             rows = [_plan_row(p) for p in plans]
             lines += ["    " + line for line in _text_table(PLAN_COLUMNS, rows)]
+        lines += ["    " + line for line in under]
     return lines
 
 
 def _plan_html(sections: Sections) -> list[str]:
     parts = [f"<div>{html.escape(PLANS_NOTE)}</div>"] if sections else []
-    for title, plans in sections:
+    for title, plans, under in sections:
         if isinstance(plans, str):
             parts.append(f"<div>{html.escape(title)}: {html.escape(plans)}</div>")
         else:
             parts.append(f"<div>{html.escape(title)}</div>")
             parts.append(_html_table(PLAN_COLUMNS, [_plan_row(p) for p in plans]))
+        parts += [f"<div>{html.escape(line)}</div>" for line in under]
     return parts
 
 
@@ -201,16 +246,18 @@ def _plan_html(sections: Sections) -> list[str]:
 class PlansReport:
     workflow_id: str
     sections: Sections
+    waiting: list[str] = field(default_factory=list)  # steps whose plans are still to come
 
     def __repr__(self) -> str:
-        if not self.sections:
+        if not self.sections and not self.waiting:
             return f"Workflow {self.workflow_id} has no resource plans (no quantum step ran yet)."
         title = f"Resource plans of workflow {self.workflow_id}"
-        return "\n".join([title, *_plan_lines(self.sections)])
+        return "\n".join([title, *_plan_lines(self.sections), *self.waiting])
 
     def _repr_html_(self) -> str:
         if not self.sections:
             return f"<div>{html.escape(repr(self))}</div>"
         head = f"<b>Resource plans</b> of <code>{html.escape(self.workflow_id)}</code>"
         body = "".join(_plan_html(self.sections))
-        return f"<div class='qonductor-plans'>{head}{body}</div>"
+        waiting = "".join(f"<div>{html.escape(line)}</div>" for line in self.waiting)
+        return f"<div class='qonductor-plans'>{head}{body}{waiting}</div>"

@@ -35,10 +35,15 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
 QUANTUM_PRIMITIVES: frozenset[str] = frozenset({"sample", "estimate"})
+# Modules that export the primitives: ``import qonductor_jupyter as qj; qj.sample(qc)`` and
+# ``from qonductor_jupyter import sample`` call the same thing as the names the magic provides.
+PRIMITIVE_MODULES: frozenset[str] = frozenset({"qonductor_jupyter", "qonductor_jupyter.primitives"})
 
 # IPython injects these into ``builtins`` while a kernel executes code; they are really user
 # namespace entries, so they must stay ordinary inputs no matter where this module is imported.
@@ -202,6 +207,8 @@ class Step:
     # Dicts are unhashable; leaving them out of the hash keeps frozen Steps usable in sets.
     producers: dict[str, int | None] = field(hash=False)
     quantum_calls: int = 0
+    # Names the step may ``del``: where one is gone at its end, it is gone from the notebook too.
+    deletes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return {
@@ -214,6 +221,7 @@ class Step:
             "writes": list(self.writes),
             "producers": dict(self.producers),
             "quantum_calls": self.quantum_calls,
+            "deletes": list(self.deletes),
         }
 
     @classmethod
@@ -231,6 +239,7 @@ class Step:
                 for name, producer in d["producers"].items()
             },
             quantum_calls=int(d.get("quantum_calls", 0)),
+            deletes=tuple(d.get("deletes", ())),
         )
 
 
@@ -240,6 +249,9 @@ class WorkflowGraph:
     edges: tuple[tuple[int, int], ...]
     inputs: tuple[str, ...]
     outputs: dict[str, int] = field(hash=False)
+    # Outputs the cell only changes in place (``results.append(x)``) and never rebinds: the
+    # notebook's own object should change, not be replaced by the copy that comes back.
+    mutated_only: tuple[str, ...] = ()
 
     @property
     def has_quantum(self) -> bool:
@@ -255,6 +267,7 @@ class WorkflowGraph:
             "edges": [[src, dst] for src, dst in self.edges],
             "inputs": list(self.inputs),
             "outputs": dict(self.outputs),
+            "mutated_only": list(self.mutated_only),
         }
 
     @classmethod
@@ -264,6 +277,7 @@ class WorkflowGraph:
             edges=tuple((int(src), int(dst)) for src, dst in d["edges"]),
             inputs=tuple(d["inputs"]),
             outputs={str(name): int(step_id) for name, step_id in d["outputs"].items()},
+            mutated_only=tuple(d.get("mutated_only", ())),
         )
 
     def describe(self) -> str:
@@ -312,7 +326,7 @@ def _names(names: tuple[str, ...]) -> str:
 
 
 @dataclass(frozen=True)
-class _FuncInfo:
+class FunctionInfo:
     """What calling a cell-level function (or instantiating a class) touches at module level."""
 
     free_globals: frozenset[str]
@@ -321,13 +335,28 @@ class _FuncInfo:
     # Module-level names whose objects the body mutates in place (``results.append(x)``).
     global_mutations: frozenset[str] = frozenset()
 
-    def merged(self, other: _FuncInfo) -> _FuncInfo:
-        return _FuncInfo(
+    def merged(self, other: FunctionInfo) -> FunctionInfo:
+        return FunctionInfo(
             self.free_globals | other.free_globals,
             self.global_writes | other.global_writes,
             self.direct_quantum or other.direct_quantum,
             self.global_mutations | other.global_mutations,
         )
+
+
+@dataclass(frozen=True)
+class NotebookContext:
+    """What names of the notebook mean to a cell (``qonductor_jupyter.notebook_names`` reads them
+    off the kernel's namespace): functions defined elsewhere in the notebook that reach a
+    primitive or read notebook globals, names bound to the primitives, names bound to a module
+    that exports them. A name the cell rebinds loses its notebook meaning from there on."""
+
+    functions: Mapping[str, FunctionInfo] = field(default_factory=dict)
+    primitives: frozenset[str] = frozenset()
+    modules: frozenset[str] = frozenset()
+
+
+_NO_NOTEBOOK = NotebookContext()
 
 
 class _Scope:
@@ -343,6 +372,10 @@ class _Scope:
         self.stores: list[str] = []
         self.calls: list[str] = []
         self.mutations: list[str] = []  # receivers of method calls / attribute-subscript targets
+        # ``qj.sample`` references: (root name, called right there?)
+        self.primitive_refs: list[tuple[str, bool]] = []
+        # Names this scope binds by importing a primitive (``from qonductor_jupyter import sample``)
+        self.local_primitives: set[str] = set()
         self.children: list[_Scope] = []
         if parent is not None:
             parent.children.append(self)
@@ -390,12 +423,38 @@ def _alias_binding(alias: ast.alias) -> str:
     return alias.asname or alias.name.split(".")[0]
 
 
+def _primitive_import(node: ast.Import | ast.ImportFrom, alias: ast.alias) -> str | None:
+    """``"module"`` when the import binds a module that exports the primitives, the primitive's
+    name when it binds a primitive itself, else None."""
+    if isinstance(node, ast.Import):
+        return "module" if alias.name in PRIMITIVE_MODULES else None
+    if node.level or node.module not in PRIMITIVE_MODULES:
+        return None
+    if alias.name in QUANTUM_PRIMITIVES:
+        return alias.name
+    if node.module == "qonductor_jupyter" and alias.name == "primitives":
+        return "module"
+    return None
+
+
+def _primitive_attribute_root(node: ast.AST) -> str | None:
+    """``qj`` for ``qj.sample`` and ``qj.primitives.estimate``: a primitive reached through a
+    module name (whether ``qj`` is such a module is the caller's business)."""
+    if not (isinstance(node, ast.Attribute) and node.attr in QUANTUM_PRIMITIVES):
+        return None
+    value = node.value
+    if isinstance(value, ast.Attribute) and value.attr == "primitives":
+        value = value.value
+    return value.id if isinstance(value, ast.Name) else None
+
+
 class _ScopeBuilder:
     """Collect bindings, loads and bare-name calls for a nested construct and its children."""
 
     def __init__(self) -> None:
         # Walrus targets inside module-level comprehensions bind in the module (PEP 572).
         self.module_walrus: list[str] = []
+        self._called_attributes: set[int] = set()  # ``qj.sample`` nodes that are called
 
     def function(
         self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, parent: _Scope | None
@@ -502,11 +561,22 @@ class _ScopeBuilder:
             for alias in node.names:
                 if alias.name != "*":  # only legal at module level; compile() reports it
                     self._bind(_alias_binding(alias), scope)
+                    if _primitive_import(node, alias) in QUANTUM_PRIMITIVES:
+                        scope.local_primitives.add(_alias_binding(alias))
             return
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
             scope.loads.append(node.target.id)  # ``x += 1`` reads x before rebinding it
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             scope.calls.append(node.func.id)
+        if isinstance(node, ast.Call) and (root := _primitive_attribute_root(node.func)):
+            scope.primitive_refs.append((root, True))
+            self._called_attributes.add(id(node.func))
+        elif (
+            isinstance(node, ast.Attribute)
+            and id(node) not in self._called_attributes
+            and (root := _primitive_attribute_root(node))
+        ):
+            scope.primitive_refs.append((root, False))
         if isinstance(node, ast.Call) or (
             isinstance(node, (ast.Attribute, ast.Subscript))
             and isinstance(node.ctx, (ast.Store, ast.Del))
@@ -530,7 +600,14 @@ class _Summary:
     mutations: list[tuple[str, bool]]  # (module-level name mutated in place, immediately?)
 
 
-def _summarize(root: _Scope, immediate: bool, primitives: set[str]) -> _Summary:
+def _summarize(
+    root: _Scope,
+    immediate: bool,
+    primitives: set[str] | frozenset[str],
+    modules: set[str] | frozenset[str] = frozenset(),
+) -> _Summary:
+    """What running ``root`` touches at module level. ``primitives`` are the module-level names
+    bound to quantum primitives, ``modules`` those bound to a module exporting them."""
     summary = _Summary([], set(), [], [])
 
     def visit(scope: _Scope, now: bool) -> None:
@@ -538,7 +615,14 @@ def _summarize(root: _Scope, immediate: bool, primitives: set[str]) -> _Summary:
         summary.mutations.extend((name, now) for name in scope.mutations if scope.is_global(name))
         summary.global_writes.update(name for name in scope.stores if name in scope.global_decl)
         summary.primitive_calls.extend(
-            now for name in scope.calls if name in primitives and scope.is_global(name)
+            now
+            for name in scope.calls
+            if (name in primitives and scope.is_global(name)) or name in scope.local_primitives
+        )
+        summary.primitive_calls.extend(
+            now and called
+            for name, called in scope.primitive_refs
+            if name in modules and scope.is_global(name)
         )
         # A primitive handed on as a value (``optimizer(sample)``) may be called any number of
         # times by the callee: a use inside a loop, whatever the call site.
@@ -570,9 +654,15 @@ class _Walker:
     step state (``bound``/``reads``/``writes``/``deferred``) belongs to the step being built.
     """
 
-    def __init__(self, functions: dict[str, _FuncInfo], active: set[str] | frozenset[str]) -> None:
+    def __init__(
+        self,
+        functions: Mapping[str, FunctionInfo],
+        active: set[str] | frozenset[str],
+        modules: set[str] | frozenset[str] = frozenset(),
+    ) -> None:
         self.functions = dict(functions)
         self.active = set(active)
+        self.modules = set(modules)  # names bound to a module exporting the primitives
         self.bound: set[str] = set()  # names definitely bound so far in this step
         self.reads: set[str] = set()
         self.writes: set[str] = set()
@@ -583,6 +673,7 @@ class _Walker:
         # Free globals of functions defined here: needed when they run, i.e. maybe later.
         self.deferred: set[str] = set()
         self.quantum_calls = 0
+        self.deleted: set[str] = set()  # names a ``del`` in the step may remove
         self._direct = 0
         self._nested = 0
         self._uses_quantum_function = False
@@ -668,11 +759,12 @@ class _Walker:
             self.bound.add(name)
         # Rebinding a primitive makes it an ordinary name from here on.
         self.active.discard(name)
+        self.modules.discard(name)
         # Inside a branch the old function may survive; keeping it is the conservative choice.
         if self._branch_depth == 0:
             self.functions.pop(name, None)
 
-    def _define(self, name: str, info: _FuncInfo) -> None:
+    def _define(self, name: str, info: FunctionInfo) -> None:
         previous = self.functions.get(name)
         self._bind(name)
         if self._branch_depth and previous is not None:
@@ -683,14 +775,16 @@ class _Walker:
         if name not in self.bound:
             self.reads.add(name)  # ``del x`` fails unless x exists, so x is an input
         self.writes.add(name)
+        self.deleted.add(name)
         self.bound.discard(name)
         self.active.discard(name)
+        self.modules.discard(name)
         if self._branch_depth == 0:
             self.functions.pop(name, None)
 
     # ---- nested constructs ----------------------------------------------------------------
 
-    def _nested_scope(self, node: ast.AST, body_ctx: str) -> _FuncInfo:
+    def _nested_scope(self, node: ast.AST, body_ctx: str) -> FunctionInfo:
         builder = _ScopeBuilder()
         if isinstance(node, (*_FUNCTION_NODES, ast.Lambda)):
             root = builder.function(node, None)  # type: ignore[arg-type]
@@ -701,7 +795,7 @@ class _Walker:
         else:
             root = builder.comprehension(node, None)  # type: ignore[arg-type]
             immediate = True
-        summary = _summarize(root, immediate, self.active)
+        summary = _summarize(root, immediate, self.active, self.modules)
         for name, now in summary.loads:
             if now:
                 self._use(name, _NESTED)
@@ -716,14 +810,14 @@ class _Walker:
         self.mutated.update(name for name, now in summary.mutations if now)
         for name in builder.module_walrus:
             self._bind(name, definite=False)  # the comprehension may not iterate at all
-        return _FuncInfo(
+        return FunctionInfo(
             free_globals=frozenset(name for name, _ in summary.loads),
             global_writes=frozenset(summary.global_writes),
             direct_quantum=bool(summary.primitive_calls),
             global_mutations=frozenset(name for name, _ in summary.mutations),
         )
 
-    def _lambda(self, node: ast.Lambda) -> _FuncInfo:
+    def _lambda(self, node: ast.Lambda) -> FunctionInfo:
         for default in (*node.args.defaults, *node.args.kw_defaults):
             if default is not None:
                 self._expr(default)
@@ -761,7 +855,15 @@ class _Walker:
             if isinstance(node.func, ast.Name) and node.func.id in self.active:
                 self._count_primitive(self._ctx())
                 self._called.add(id(node.func))
+            elif self._module_primitive(node.func):
+                self._count_primitive(self._ctx())
+                self._called.add(id(node.func))
             self._mutate(node)  # ``x.append(v)``, ``qc.measure_all()``
+            for child in ast.iter_child_nodes(node):
+                self._expr(child)
+        elif isinstance(node, ast.Attribute):
+            if self._module_primitive(node) and id(node) not in self._called:
+                self._count_primitive(_NESTED)  # ``optimizer(qj.sample)``: handed on
             for child in ast.iter_child_nodes(node):
                 self._expr(child)
         elif isinstance(node, ast.BoolOp):
@@ -785,6 +887,9 @@ class _Walker:
         else:
             for child in ast.iter_child_nodes(node):
                 self._expr(child)
+
+    def _module_primitive(self, node: ast.AST) -> bool:
+        return _primitive_attribute_root(node) in self.modules
 
     def _target(self, node: ast.AST) -> None:
         if isinstance(node, ast.Name):
@@ -894,8 +999,14 @@ class _Walker:
                         node.lineno,
                         node.col_offset + 1,
                     )
-                self._bind(_alias_binding(alias))
-                self.imported.add(_alias_binding(alias))
+                name = _alias_binding(alias)
+                self._bind(name)
+                self.imported.add(name)
+                kind = _primitive_import(node, alias)
+                if kind == "module":
+                    self.modules.add(name)
+                elif kind is not None:
+                    self.active.add(name)  # ``from qonductor_jupyter import sample as run``
         elif isinstance(node, ast.If):
             self._expr(node.test)
             before = self.bound
@@ -991,6 +1102,11 @@ class _Walker:
 # --------------------------------------------------------------------------------------------
 
 
+def parse_cell(source: str) -> ast.Module:
+    """The cell's AST; CellSyntaxError (with the cell's line and a caret) where it is not Python."""
+    return _parse(source)
+
+
 def _parse(source: str) -> ast.Module:
     try:
         return ast.parse(source, filename=_CELL_FILENAME)
@@ -1037,43 +1153,76 @@ def _segment(lines: list[str], start: tuple[int, int], end: tuple[int, int]) -> 
     return first + middle + last
 
 
+_CellState = tuple[dict[str, FunctionInfo], set[str], set[str]]  # functions, primitives, modules
+
+
+def _first_walker(notebook: NotebookContext) -> _Walker:
+    return _Walker(notebook.functions, QUANTUM_PRIMITIVES | notebook.primitives, notebook.modules)
+
+
 def _classify(
-    body: list[ast.stmt],
-) -> tuple[list[StepKind], list[tuple[dict, set[str]]], frozenset[str]]:
-    """Kind of every top-level statement, the cell state just before it, and unmutable names.
+    body: list[ast.stmt], notebook: NotebookContext
+) -> tuple[list[StepKind], list[_CellState], frozenset[str], frozenset[str]]:
+    """Kind of every top-level statement, the cell state just before it, unmutable names and
+    the names the cell only mutates.
 
     Kinds depend only on cell-wide state (cell functions, active primitives), not on how the
     statements are grouped, so one pass with a throwaway step state is enough.  The same pass
     yields the names whose method calls / item assignments are *not* treated as mutations.
     """
-    walker = _Walker({}, QUANTUM_PRIMITIVES)
+    walker = _first_walker(notebook)
     kinds: list[StepKind] = []
-    states: list[tuple[dict, set[str]]] = []
+    states: list[_CellState] = []
     for stmt in body:
-        states.append((dict(walker.functions), set(walker.active)))
+        states.append((dict(walker.functions), set(walker.active), set(walker.modules)))
         kinds.append(walker.run(stmt))
     # Imported names are modules/library objects, not cell state (``np.zeros(3)``); builtins and
     # primitives the cell never rebinds are never passed in from the notebook either.
     cell_bound = walker.writes  # real bindings only: mutations are kept in ``walker.mutated``
     unmutable = walker.imported | ((BUILTIN_NAMES | QUANTUM_PRIMITIVES) - cell_bound)
-    return kinds, states, frozenset(unmutable)
+    mutated_only = walker.mutated - unmutable - cell_bound
+    return kinds, states, frozenset(unmutable), frozenset(mutated_only)
 
 
-def quantum_functions(tree: ast.Module) -> frozenset[str]:
+def quantum_functions(tree: ast.Module, notebook: NotebookContext = _NO_NOTEBOOK) -> frozenset[str]:
     """Names the cell leaves bound to functions/classes that (transitively) call a primitive."""
-    walker = _Walker({}, QUANTUM_PRIMITIVES)
+    walker = _first_walker(notebook)
     for stmt in tree.body:
         walker.run(stmt)
     return frozenset(name for name in walker.functions if walker.is_quantum_function(name))
 
 
-def split_cell(source: str) -> WorkflowGraph:
-    """Split a cell into steps and the dependency DAG between them."""
+def _pass_notebook_values_on(steps: list[Step], maybe_only: list[set[str]]) -> list[Step]:
+    """A notebook value that a step only may rebind, and that a later step reads from it, must
+    go through that step: where the binding does not happen the later step sees the notebook's
+    value, as in Python (``if a: a = 1 else: rows = []`` then ``rows.extend(...)``)."""
+    needed: dict[int, set[str]] = {}
+    for later in steps:
+        for name, producer in later.producers.items():
+            if producer is not None and name in maybe_only[producer]:
+                if name not in steps[producer].reads:
+                    needed.setdefault(producer, set()).add(name)
+    for step_id, names in needed.items():
+        step = steps[step_id]
+        steps[step_id] = dataclasses.replace(
+            step,
+            reads=tuple(sorted({*step.reads, *names})),
+            producers={**step.producers, **dict.fromkeys(names)},
+        )
+    return steps
+
+
+def split_cell(source: str, notebook: NotebookContext = _NO_NOTEBOOK) -> WorkflowGraph:
+    """Split a cell into steps and the dependency DAG between them.
+
+    ``notebook`` says what the notebook's names mean (functions defined in earlier cells that
+    call ``sample``, aliases of the primitives); without it the cell is read on its own.
+    """
     tree = _parse(source)
     body = tree.body
     lines = _split_lines(source)
     try:
-        kinds, states, unmutable = _classify(body)
+        kinds, states, unmutable, mutated_only = _classify(body, notebook)
     except UnsupportedCellError as err:
         if err.lineno is not None and err.text is None and err.lineno <= len(lines):
             err.text = lines[err.lineno - 1]
@@ -1092,9 +1241,9 @@ def split_cell(source: str) -> WorkflowGraph:
 
     steps: list[Step] = []
     last_writer: dict[str, int] = {}
+    maybe_only: list[set[str]] = []  # per step: names it may write but might not bind
     for step_id, group in enumerate(groups):
-        functions, active = states[group[0]]
-        walker = _Walker(functions, active)
+        walker = _Walker(*states[group[0]])
         for index in group:
             walker.run(body[index])
         writes_set = walker.writes | (walker.mutated - unmutable)
@@ -1104,6 +1253,7 @@ def split_cell(source: str) -> WorkflowGraph:
         # cell are passed through; user-namespace values stay where they are.
         # In-place mutations are such may-writes too (the object is handed back, changed or not).
         passthrough = {name for name in writes_set - walker.bound if name in last_writer}
+        maybe_only.append(writes_set - walker.bound)
         reads = tuple(sorted(walker.step_reads() | passthrough))
         writes = tuple(sorted(writes_set))
         first, last = body[group[0]], body[group[-1]]
@@ -1121,11 +1271,13 @@ def split_cell(source: str) -> WorkflowGraph:
                 writes=writes,
                 producers={name: last_writer.get(name) for name in reads},
                 quantum_calls=walker.quantum_calls,
+                deletes=tuple(sorted(walker.deleted)),
             )
         )
         for name in writes:
             last_writer[name] = step_id
 
+    steps = _pass_notebook_values_on(steps, maybe_only)
     edges: set[tuple[int, int]] = set()
     for later in steps:
         # Flow dependence: the producer of every value the step reads.
@@ -1149,4 +1301,5 @@ def split_cell(source: str) -> WorkflowGraph:
         edges=tuple(sorted(edges)),
         inputs=tuple(sorted(inputs)),
         outputs=dict(sorted(last_writer.items())),
+        mutated_only=tuple(sorted(mutated_only)),
     )

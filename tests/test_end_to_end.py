@@ -100,10 +100,20 @@ def test_plan_number_and_off_and_out_of_range(shell):
     assert job["method"] == "mitigated:" + plans[number]["mitigation"]
     assert sum(shell.user_ns["c"].values()) == 200  # mitigated counts still total the shots
     assert max(shell.user_ns["c"], key=shell.user_ns["c"].get) == "01"
-    result = run(shell, cell, "--plan 99")
-    assert isinstance(result.error_in_exec, QonductorError)
-    assert "--plan 99: this step has" in str(result.error_in_exec)
+    # A plan number that no step can have is refused before anything runs; one the step
+    # lacks (it has fewer plans) when its plans are made.
     from IPython.core.error import UsageError
+
+    before = len(qj.list_workflows())
+    result = run(shell, cell, "--plan 99")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "--plan 99: a step has at most 12 plans" in str(result.error_in_exec)
+    assert len(qj.list_workflows()) == before
+    few = len([p for p in plans if "error" not in p])
+    if few < 12:
+        result = run(shell, cell, f"--plan {few}")
+        assert isinstance(result.error_in_exec, QonductorError)
+        assert f"--plan {few}: this step has" in str(result.error_in_exec)
 
     with pytest.raises(UsageError, match="--plan takes auto, ask, off or a plan number"):
         shell.run_cell_magic("qonductor", "--plan best", cell)
@@ -157,10 +167,13 @@ def test_unpicklable_input_is_refused_before_queueing(shell):
     assert "lock" in str(result.error_in_exec)
 
 
-def test_undefined_name_is_refused(shell):
-    result = run(shell, "c = sample(not_defined_anywhere)\n")
-    assert isinstance(result.error_in_exec, InputError)
-    assert "not_defined_anywhere" in str(result.error_in_exec)
+def test_undefined_name_fails_where_it_is_read(shell):
+    # As in Python: the lines before it run (and keep their names), then a NameError.
+    result = run(shell, "x = 41 + 1\nc = sample(not_defined_anywhere)\n")
+    assert isinstance(result.error_in_exec, WorkflowFailed)
+    assert "NameError: name 'not_defined_anywhere' is not defined" in str(result.error_in_exec)
+    assert "line 2" in str(result.error_in_exec)
+    assert shell.user_ns["x"] == 42
 
 
 def test_circuit_wider_than_every_qpu(shell):
@@ -174,16 +187,31 @@ def test_circuit_wider_than_every_qpu(shell):
     assert "500 qubits" in str(result.error_in_exec)
 
 
-def test_circuit_built_too_wide_inside_the_cell_fails_the_workflow(shell):
+def test_circuit_too_wide_by_the_cells_own_text_is_refused_before_anything_runs(shell):
     cell = textwrap.dedent("""
         from qiskit import QuantumCircuit
         wide = QuantumCircuit(400)
         wide.measure_all()
         c = sample(wide)
     """)
+    before = len(qj.list_workflows())
+    result = run(shell, cell)
+    assert isinstance(result.error_in_exec, InputError)
+    assert "`wide = QuantumCircuit(400)` asks for 400 qubits" in str(result.error_in_exec)
+    assert len(qj.list_workflows()) == before  # nothing was submitted
+
+
+def test_circuit_built_too_wide_inside_the_cell_fails_the_workflow(shell):
+    cell = textwrap.dedent("""
+        from qiskit import QuantumCircuit
+        wide = QuantumCircuit(4 * 100)
+        wide.measure_all()
+        c = sample(wide)
+    """)
     result = run(shell, cell)
     assert isinstance(result.error_in_exec, WorkflowFailed)
     assert "400 qubits" in str(result.error_in_exec)
+    assert shell.user_ns["wide"].num_qubits == 400  # assigned before the error: kept
 
 
 def test_exception_in_a_classical_step_shows_its_traceback(shell, orchestrator):

@@ -84,8 +84,11 @@ def test_store_persists_and_recovers_workflows(tmp_path):
 def test_registry_dedupes_and_deploys(tmp_path):
     reg = Registry(tmp_path)
     a = reg.create("x = 1\n", _graph(), {"shots": 5}, "one", {})
-    b = reg.create("x = 1\n", _graph(), {"shots": 5}, None, {})
-    assert a.id == b.id and len(reg.list()) == 1
+    again = reg.create("x = 1\n", _graph(), {"shots": 5}, "one", {})
+    assert a.id == again.id and len(reg.list()) == 1
+    # The same cell without --name is an image of its own: it does not carry the earlier name.
+    unnamed = reg.create("x = 1\n", _graph(), {"shots": 5}, None, {})
+    assert unnamed.id != a.id and unnamed.name != "one" and len(reg.list()) == 2
     assert reg.deploy(a.id, {"priority": "jct"}).deployed == {"shots": 5, "priority": "jct"}
     with pytest.raises(UnknownImage):
         reg.get("img-nope")

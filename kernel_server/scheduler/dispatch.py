@@ -1,10 +1,12 @@
 """The orchestrator's quantum scheduling: notebook QPU jobs placed in cycles of the real scheduler.
 
-A QPU job whose estimates are ready asks ``CycleDispatcher.place``; the dispatcher gathers the jobs
-that arrive within ``INTERACTIVE_TRIGGERS.gather_s`` (a lone job waits only that long; a cell's
-parallel steps share one cycle), then runs ``cycle.run_cycle`` with the ``qonductor`` policy in a
-thread (NSGA-II must not block the event loop) and answers each job with its QPU. Jobs of different
-preferences (a workflow's ``--priority``) are placed in separate cycles, one after another.
+A QPU job whose estimates are ready asks ``CycleDispatcher.place``. The dispatcher gathers the jobs
+that arrive within ``INTERACTIVE_TRIGGERS.gather_s`` (a cell's parallel steps share one cycle),
+but no longer than some job may still join: when no other QPU job is being estimated, the cycle
+runs at once, so a lone job does not wait for company that cannot come. The cycle is
+``cycle.run_cycle`` with the ``qonductor`` policy, in a thread (NSGA-II must not block the event
+loop); it answers each job with its QPU. Jobs of different preferences (a workflow's
+``--priority``) are placed in separate cycles, one after another.
 """
 
 from __future__ import annotations
@@ -40,7 +42,10 @@ class CycleDispatcher:
         triggers: Triggers = INTERACTIVE_TRIGGERS,
         seed: int = 0,
         balance: float | None = None,
+        estimating: Callable[[], int] | None = None,
     ) -> None:
+        # How many QPU jobs are still being estimated: those may join the next cycle.
+        self.estimating = estimating or (lambda: 1)
         self.fleet = fleet
         self.triggers = triggers
         self.seed = seed
@@ -48,6 +53,7 @@ class CycleDispatcher:
         self.state = PolicyState(extra={"balance": balance})
         self.cycles = 0
         self._timer: asyncio.Task | None = None
+        self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
 
     async def place(
@@ -60,17 +66,32 @@ class CycleDispatcher:
         """The QPU chosen for this job by the next cycle."""
         future = asyncio.get_running_loop().create_future()
         self.pending.append(PlacementRequest(job_id, num_qubits, estimates, preference, future))
-        if len(self.pending) >= self.triggers.queue_size:
-            self._start_cycle(0.0)
-        elif self._timer is None or self._timer.done():
-            self._start_cycle(self.triggers.gather_s or 0.0)
+        self._schedule()
         return await future
 
-    def _start_cycle(self, delay: float) -> None:
-        self._timer = asyncio.get_running_loop().create_task(self._cycle_after(delay))
+    def _schedule(self) -> None:
+        """A cycle for the pending jobs: at once when the queue is full or nobody else can join,
+        else after the gathering window."""
+        if self._timer is None or self._timer.done():
+            self._wake = asyncio.Event()
+            self._timer = asyncio.get_running_loop().create_task(
+                self._cycle_after(self.triggers.gather_s or 0.0)
+            )
+        if len(self.pending) >= self.triggers.queue_size or self.estimating() == 0:
+            self._wake.set()
 
     async def _cycle_after(self, delay: float) -> None:
-        await asyncio.sleep(delay)
+        try:
+            await asyncio.wait_for(self._wake.wait(), delay)
+        except asyncio.TimeoutError:
+            pass
+        try:
+            await self._cycle()
+        finally:
+            if self.pending:  # arrived while this cycle ran: they get the next one
+                asyncio.get_running_loop().call_soon(self._schedule)
+
+    async def _cycle(self) -> None:
         async with self._lock:
             batch, self.pending = self.pending, []
             groups: dict[str, list[PlacementRequest]] = {}

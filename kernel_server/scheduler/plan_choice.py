@@ -6,6 +6,13 @@ scheduler's selection: ``fidelity`` leans to the most faithful plan, ``jct`` to 
 ``N`` takes plan N of the best-first list shown under the cell; ``off`` runs unmitigated on the
 scheduler's choice of QPU, with the plans shown as advice; ``ask`` waits for the user to pick one
 (the plan-selection widget, or ``%qonductor choose``).
+
+A hybrid step (a loop calling ``sample``) pays its plan's time on every call but gives the user one
+answer, like a single call does. So ``auto`` first makes the one-call choice, and then gives the
+whole loop the extra time that choice accepted over the fastest plan for its one result: with
+``calls`` calls, only plans whose ``calls x`` (time - fastest time) stays within that budget
+remain, and the priority picks among them. Pseudo-weights alone could not do it: they are blind
+to how many times a plan is paid for (scaling every plan's time by ``calls`` leaves them equal).
 """
 
 from __future__ import annotations
@@ -15,7 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from kernel_server.estimator.pareto import front_2d
 from kernel_server.scheduler.nsga2 import select
+
+PLAN_LIMIT = 12  # plans kept per step (best-first): what --plan N can pick from
+# Calls a hybrid step is taken to make when its cell does not say (an optimizer's loop).
+ASSUMED_LOOP_CALLS = 100
 
 
 class PlanChoiceError(ValueError):
@@ -50,9 +62,10 @@ def plan_objectives(plans: Sequence[dict[str, Any]]) -> np.ndarray:
 
 
 def choose_plan(
-    plans: Sequence[dict[str, Any]], mode: str | int, priority: Any = "balanced"
+    plans: Sequence[dict[str, Any]], mode: str | int, priority: Any = "balanced", calls: int = 1
 ) -> int | None:
-    """Index of the plan to run with, or None (mode off, or no usable plans)."""
+    """Index of the plan to run with, or None (mode off, or no usable plans). ``calls``: how
+    many QPU jobs the step makes with it (see the module docstring)."""
     usable = [p for p in plans if "error" not in p]
     if mode == "off" or not usable:
         return None
@@ -63,7 +76,18 @@ def choose_plan(
                 "see them with %qonductor plans ID or run with --plan auto"
             )
         return mode
-    best = [i for i, p in enumerate(usable) if int(p.get("rank", 0)) == 0] or list(
+    front = [i for i, p in enumerate(usable) if int(p.get("rank", 0)) == 0] or list(
         range(len(usable))
     )
-    return best[select(plan_objectives([usable[i] for i in best]), priority)]
+    # The priority trades time against error: a rank-0 plan that another one beats on both
+    # (it is on the front for its cost alone) is not a choice it could make.
+    keep = front_2d(plan_objectives([usable[i] for i in front]))
+    best = [front[k] for k in sorted(keep)]
+    objectives = plan_objectives([usable[i] for i in best])
+    single = select(objectives, priority)
+    if calls <= 1:
+        return best[single]
+    seconds = objectives[:, 0]
+    budget = seconds[single] - seconds.min()  # what the one-call choice pays for one answer
+    within = [k for k in range(len(best)) if calls * (seconds[k] - seconds.min()) <= budget + 1e-9]
+    return best[within[select(objectives[within], priority)]]

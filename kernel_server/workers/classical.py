@@ -5,26 +5,51 @@ reads; ``sample`` and ``estimate`` are bound to functions that send the circuits
 orchestrator over ZeroMQ (signed like every other message) and block until the QPU job is done. The
 same mechanism serves quantum steps (one call) and hybrid steps (calls inside a loop), so a VQE loop
 needs nothing special here.
+
+The running step's primitives are also what ``qonductor_jupyter.sample`` (imported by the cell) and
+a bare ``sample`` inside a function from another notebook cell reach: the step sets them as this
+thread's current primitives, and the worker's builtins carry ``sample``/``estimate`` names that
+call them (functions sent by value keep a globals dict of their own, without ``sample``).
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
 import contextlib
 import io
 import linecache
+import operator
 import os
+import re
 import signal
 import sys
 import threading
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import cloudpickle
 
-from kernel_server.cell_functions import CELL_MODULE, rebind_cell_functions
+from kernel_server.cell_functions import CELL_MODULE, mark_origin, rebind_cell_functions
 
 CELL_FILENAME = "<qonductor cell>"
+
+
+def cell_filename(workflow_id: str) -> str:
+    """The file name a workflow's cell code runs under: its own, so that the source lines of
+    two workflows' steps running in one process never mix (linecache is per process)."""
+    return f"{CELL_FILENAME[:-1]} {workflow_id}>"
+
+
+def _is_cell_file(filename: str) -> bool:
+    return filename.startswith(CELL_FILENAME[:-1])
+
+
+# Frames of these packages are ours, not the user's: a traceback shows the user's code only.
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+_OWN_CODE = (f"{_PACKAGE_DIR}{os.sep}", f"{_PACKAGE_DIR.parent / 'qonductor_jupyter'}{os.sep}")
 
 # One thread at a time runs our work in a process: a Dask worker with several threads would
 # otherwise run qiskit and Aer concurrently in one process, which we saw end in SIGSEGV (with
@@ -37,11 +62,67 @@ _links = threading.local()
 _link_config: tuple[str, str] | None = None
 
 
-def init_worker(router_endpoint: str, key: str) -> None:
-    """Process-pool initializer: remember where the orchestrator is; connect lazily."""
+class _StepContext(threading.local):
+    primitives: dict[str, Any] | None = None
+
+
+_context = _StepContext()
+# Thread id -> the primitives of the step that thread runs: a thread the user's code starts
+# (a thread pool sampling in parallel) finds its step here when only one step is running.
+_running: dict[int, dict[str, Any]] = {}
+
+
+def current_primitives() -> dict[str, Any] | None:
+    """The ``sample``/``estimate`` of the step running in this thread (or, from a thread the
+    step's code started, of the only step running in this process); None outside any step."""
+    if _context.primitives is not None:
+        return _context.primitives
+    running = list(_running.values())
+    return running[0] if len(running) == 1 else None
+
+
+@contextlib.contextmanager
+def _step_context(primitives: dict[str, Any]) -> Any:
+    previous = _context.primitives
+    _context.primitives = primitives
+    _running[threading.get_ident()] = primitives
+    try:
+        yield
+    finally:
+        _context.primitives = previous
+        if previous is None:
+            _running.pop(threading.get_ident(), None)
+        else:
+            _running[threading.get_ident()] = previous
+
+
+def _builtin_primitive(name: str) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        primitives = current_primitives()
+        if primitives is None:
+            raise NameError(f"name {name!r} is not defined")
+        return primitives[name](*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"The running step's {name}() (see kernel_server.workers.classical)."
+    return call
+
+
+def install_builtin_primitives() -> None:
+    """Give functions sent by value (defined in a plain notebook cell, methods of notebook
+    classes) the running step's ``sample``/``estimate``: their own globals lack the names, so
+    Python looks in builtins next. Outside a step the names raise NameError as before."""
+    for name in ("sample", "estimate"):
+        if not hasattr(builtins, name):
+            setattr(builtins, name, _builtin_primitive(name))
+
+
+def init_worker(router_endpoint: str, key: str, orchestrator_pid: int | None = None) -> None:
+    """Process-pool initializer: remember where the orchestrator is; connect lazily. Exit with
+    the orchestrator (``orchestrator_pid``: its pid, from the orchestrator itself)."""
     from kernel_server.workers.lifeline import start_lifeline
 
-    start_lifeline()
+    start_lifeline(orchestrator_pid)
     configure_link(router_endpoint, key)
 
 
@@ -51,6 +132,12 @@ def configure_link(router_endpoint: str, key: str) -> None:
     global _link_config
     _link_config = (router_endpoint, key)
     _links.__dict__.clear()
+    install_builtin_primitives()
+
+
+def in_worker() -> bool:
+    """True in a process that runs workflow steps (a pool worker or a configured Dask worker)."""
+    return _link_config is not None
 
 
 def worker_address() -> str:
@@ -76,6 +163,7 @@ class StepSpec:
     writes: list[str]
     shots: int = 4000
     timeout_s: float | None = None  # stop the step after this long (see _deadline)
+    deletes: list[str] = field(default_factory=list)  # names the step may ``del``
 
 
 @dataclass
@@ -142,14 +230,35 @@ class WorkerLink:
                 return env.message
 
 
+# The thread that holds _EXCLUSIVE: a thread the step's own code started has nothing to let go.
+_exclusive_owner: int | None = None
+
+
+@contextlib.contextmanager
+def _exclusive() -> Any:
+    global _exclusive_owner
+    with _EXCLUSIVE:
+        _exclusive_owner = threading.get_ident()
+        try:
+            yield
+        finally:
+            _exclusive_owner = None
+
+
 @contextlib.contextmanager
 def _others_may_run() -> Any:
     """Let other work of this process run while the step waits for its QPU job."""
+    global _exclusive_owner
+    if _exclusive_owner != threading.get_ident():
+        yield
+        return
+    _exclusive_owner = None
     _EXCLUSIVE.release()
     try:
         yield
     finally:
         _EXCLUSIVE.acquire()
+        _exclusive_owner = threading.get_ident()
 
 
 def _get_link() -> WorkerLink:
@@ -161,77 +270,179 @@ def _get_link() -> WorkerLink:
     return link
 
 
-def _check_circuit(circuit: Any, need_measurements: bool) -> None:
+def check_shots(shots: Any, what: str = "shots") -> int | None:
+    """None (the workflow's default) or a positive whole number; anything else is refused with
+    what was given (0 is not "the default", 2.5 is not 2)."""
+    if shots is None:
+        return None
+    try:
+        if isinstance(shots, bool):
+            raise TypeError
+        value = operator.index(shots)  # ints and numpy integers, not floats or strings
+    except TypeError:
+        raise TypeError(f"{what} must be a positive whole number, got {shots!r}") from None
+    if value < 1:
+        raise ValueError(f"{what} must be a positive whole number, got {value}")
+    return value
+
+
+# Qiskit's own names for circuits nobody named ("circuit-41-18225"): say the variable instead.
+_AUTO_NAME = re.compile(r"circuit-\d+(-\d+)?$")
+
+
+def _argument_text(depth: int) -> str | None:
+    """The source of the first argument of the call being made ``depth`` frames up, as written
+    in the user's code (``qc``, ``circuits[2]``); None where it cannot be read."""
+    try:
+        frame = sys._getframe(depth + 1)
+        code = frame.f_code
+        positions = list(code.co_positions())[frame.f_lasti // 2]
+    except (AttributeError, ValueError, IndexError):  # Python 3.10: no co_positions
+        return None
+    lineno, end_lineno, col, end_col = positions
+    if None in positions:
+        return None
+    lines = linecache.getlines(code.co_filename)
+    if not lines or end_lineno > len(lines):  # type: ignore[operator]
+        return None
+    text = "".join(lines[lineno - 1 : end_lineno])  # type: ignore[operator]
+    offset = end_col + sum(len(line) for line in lines[lineno - 1 : end_lineno - 1])  # type: ignore
+    try:
+        call = ast.parse(text.encode()[col:offset].decode().strip(), mode="eval").body
+    except (SyntaxError, ValueError, UnicodeDecodeError):
+        return None
+    if isinstance(call, ast.Call) and call.args:
+        return ast.unparse(call.args[0])
+    return None
+
+
+def _circuit_label(circuit: Any, argument: str | None, index: int | None) -> str:
+    """How the user knows this circuit: the variable they passed, else a name they gave it."""
+    if argument is not None:
+        return argument if index is None else f"{argument}[{index}]"
+    name = getattr(circuit, "name", "")
+    if name and not _AUTO_NAME.match(name):
+        return f"circuit {name!r}"
+    return "the circuit" if index is None else f"circuit {index} of the list"
+
+
+def _check_circuit(
+    circuit: Any, need_measurements: bool, label: str, function: str = "sample"
+) -> None:
     from qiskit import QuantumCircuit
 
     if not isinstance(circuit, QuantumCircuit):
         raise TypeError(
-            f"sample() takes a QuantumCircuit or a list of them, not {type(circuit).__name__}"
+            f"{function}() takes a QuantumCircuit"
+            + (" or a list of them" if function == "sample" else "")
+            + f", not {type(circuit).__name__} ({label})"
         )
     if circuit.parameters:
         names = ", ".join(sorted(p.name for p in circuit.parameters)[:5])
         raise ValueError(
-            f"circuit {circuit.name!r} has unbound parameters ({names}); "
-            "bind them with circuit.assign_parameters(...) first"
+            f"{label} has unbound parameters ({names}); bind them with "
+            f"{label}.assign_parameters(...) first"
         )
     if need_measurements and not any(i.operation.name == "measure" for i in circuit.data):
         raise ValueError(
-            f"circuit {circuit.name!r} has no measurements; add "
-            "circuit.measure_all() (or use estimate() for expectation values)"
+            f"{label} has no measurements, so sampling it returns nothing: add "
+            f"{label}.measure_all() (or use estimate() for expectation values)"
         )
+
+
+def check_circuits(circuits: Any, argument: str | None = None) -> tuple[list[Any], bool]:
+    """``sample()``'s argument as a list of circuits, and whether it was a single one."""
+    single = not isinstance(circuits, (list, tuple))
+    batch = [circuits] if single else list(circuits)
+    if not batch:
+        raise ValueError(f"sample() needs at least one circuit; {argument or 'the list'} is empty")
+    for i, circuit in enumerate(batch):
+        _check_circuit(circuit, True, _circuit_label(circuit, argument, None if single else i))
+    return batch, single
+
+
+def circuit_for_estimate(circuit: Any, argument: str | None = None) -> Any:
+    """``estimate()``'s circuit without its final measurements (they do not change the state an
+    expectation value is taken of); measurements before other operations are refused."""
+    label = _circuit_label(circuit, argument, None)
+    _check_circuit(circuit, False, label, "estimate")
+    if not any(i.operation.name == "measure" for i in circuit.data):
+        return circuit
+    stripped = circuit.remove_final_measurements(inplace=False)
+    if any(i.operation.name == "measure" for i in stripped.data):
+        raise ValueError(
+            f"estimate() needs the state before measurement, but {label} measures in the "
+            "middle of the circuit; use sample() for circuits with mid-circuit measurements"
+        )
+    return stripped
 
 
 def make_primitives(workflow_id: str, step_id: int, default_shots: int) -> dict[str, Any]:
     """The ``sample`` and ``estimate`` a step sees."""
     from kernel_server.protocol import Sample
 
-    def sample(circuits: Any, shots: int | None = None) -> Any:
-        """Run circuit(s) on a QPU chosen by the orchestrator; return counts dict(s)."""
-        single = not isinstance(circuits, (list, tuple))
-        batch = [circuits] if single else list(circuits)
-        if not batch:
-            raise ValueError("sample() needs at least one circuit")
-        for c in batch:
-            _check_circuit(c, need_measurements=True)
-        n_shots = int(shots or default_shots)
-        if n_shots < 1:
-            raise ValueError(f"shots must be positive, got {n_shots}")
+    def run(batch: list[Any], shots: int) -> list[Any]:
+        from kernel_server.workers.circuit_identity import fingerprint, register_reducers
+
+        register_reducers()
         reply = _get_link().request(
             Sample(
                 workflow_id=workflow_id,
                 step_id=step_id,
                 circuits=cloudpickle.dumps(batch),
-                shots=n_shots,
+                shots=shots,
                 num_qubits=max(c.num_qubits for c in batch),
+                fingerprint=fingerprint(batch),
             )
         )
-        results = cloudpickle.loads(reply.results)
+        return cloudpickle.loads(reply.results)
+
+    def sample(circuits: Any, shots: int | None = None) -> Any:
+        """Run circuit(s) on a QPU chosen by the orchestrator; return counts dict(s)."""
+        batch, single = check_circuits(circuits, _argument_text(1))
+        results = run(batch, check_shots(shots) or default_shots)
         return results[0] if single else results
 
     def estimate(circuit: Any, observables: Any, shots: int | None = None) -> Any:
         """Expectation value(s) of observable(s) on the circuit's state, measured on a QPU."""
         from kernel_server.workers.expectation import expectation_from_counts, measurement_circuits
 
-        _check_circuit(circuit, need_measurements=False)
+        circuit = circuit_for_estimate(circuit, _argument_text(1))
+        n_shots = check_shots(shots) or default_shots
         single = not isinstance(observables, list)
         obs_list = [observables] if single else observables
         values = []
         for obs in obs_list:
             pairs = measurement_circuits(circuit, obs)
-            counts = sample([c for c, _ in pairs], shots=shots)
+            counts = run([c for c, _ in pairs], n_shots)
             values.append(expectation_from_counts(obs, [g for _, g in pairs], counts))
         return values[0] if single else values
 
     return {"sample": sample, "estimate": estimate}
 
 
-def _user_traceback(exc: BaseException) -> str:
-    """The traceback from the cell's first frame on: our own frames are noise to the user."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename != CELL_FILENAME:
-        tb = tb.tb_next
-    te = traceback.TracebackException(type(exc), exc, tb)
-    return "".join(te.format())
+def _users_frames(te: traceback.TracebackException) -> None:
+    """Keep the frames of the user's cell and of the code it called (libraries included), not
+    ours (the worker, the primitives), in this exception and the ones chained to it."""
+    seen: set[int] = set()
+    while te is not None and id(te) not in seen:
+        seen.add(id(te))
+        frames = list(te.stack)
+        while frames and not _is_cell_file(frames[0].filename):
+            frames.pop(0)  # the worker's frames above the cell
+        te.stack = traceback.StackSummary.from_list(
+            [f for f in frames if not f.filename.startswith(_OWN_CODE)]
+        )
+        te = te.__cause__ or te.__context__  # type: ignore[assignment]
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback as the user should read it (see _users_frames)."""
+    te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    _users_frames(te)
+    text = "".join(te.format())
+    # Our exception types read as their own name: a module path says nothing to the user.
+    return re.sub(r"^kernel_server(\.\w+)*\.(\w+:)", r"\2", text, flags=re.M)
 
 
 class StepTimeout(BaseException):
@@ -265,7 +476,7 @@ def _deadline(seconds: float | None) -> Any:
 
 def run_step(spec: StepSpec) -> StepOutcome:
     """Execute one step; never raises (failures come back in the outcome)."""
-    with _EXCLUSIVE:
+    with _exclusive():
         try:
             with _deadline(spec.timeout_s):
                 return _run_step(spec)
@@ -276,8 +487,9 @@ def run_step(spec: StepSpec) -> StepOutcome:
 
 
 def _run_step(spec: StepSpec) -> StepOutcome:
+    filename = cell_filename(spec.workflow_id)
     lines = spec.cell_source.splitlines(keepends=True)
-    linecache.cache[CELL_FILENAME] = (len(spec.cell_source), None, lines, CELL_FILENAME)
+    linecache.cache[filename] = (len(spec.cell_source), None, lines, filename)
     out = io.StringIO()
     ns: dict[str, Any] = {"__name__": CELL_MODULE, "__builtins__": __builtins__}
     try:
@@ -292,33 +504,30 @@ def _run_step(spec: StepSpec) -> StepOutcome:
             worker=worker_address(),
         )
     # The splitter made sure the names these functions use are inputs of this step.
-    rebind_cell_functions(ns, ns)
+    rebind_cell_functions(ns, ns, fill=True)
+    primitives = make_primitives(spec.workflow_id, spec.step_id, spec.shots)
     if spec.kind != "classical" or "sample" not in ns:
-        ns.update(make_primitives(spec.workflow_id, spec.step_id, spec.shots))
+        ns.update(primitives)
     # Pad so that line numbers in tracebacks are the cell's own.
     code = "\n" * (spec.lineno - 1) + spec.code
     try:
-        compiled = compile(code, CELL_FILENAME, "exec")
+        compiled = compile(code, filename, "exec")
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            exec(compiled, ns)
-    except (Exception, SystemExit) as exc:  # anything the user's code raises is reported
+            with _step_context(primitives):
+                exec(compiled, ns)
+    except (Exception, SystemExit, StepTimeout) as exc:  # whatever the user's code raises
+        # What the step assigned before the error is kept, as Python keeps it.
+        partial, _ = _pickle_writes(spec, ns)
         return StepOutcome(
             False,
+            outputs=partial,
             stdout=out.getvalue(),
-            error=_user_traceback(exc),
+            error=user_traceback(exc),
             error_type=type(exc).__name__,
             pid=os.getpid(),
             worker=worker_address(),
         )
-    outputs: dict[str, bytes] = {}
-    problems = []
-    for name in spec.writes:
-        if name not in ns:
-            continue  # bound only on a branch that did not run, or deleted
-        try:
-            outputs[name] = cloudpickle.dumps(ns[name])
-        except Exception as exc:  # pickling raises many types
-            problems.append(f"  {name} ({type(ns[name]).__name__}): {exc}")
+    outputs, problems = _pickle_writes(spec, ns)
     if problems:
         msg = (
             "these values cannot be sent between steps or back to the notebook:\n"
@@ -336,6 +545,25 @@ def _run_step(spec: StepSpec) -> StepOutcome:
     return StepOutcome(
         True, outputs=outputs, stdout=out.getvalue(), pid=os.getpid(), worker=worker_address()
     )
+
+
+def _pickle_writes(spec: StepSpec, ns: dict[str, Any]) -> tuple[dict[str, bytes], list[str]]:
+    """The step's values of the names it may write, and a line per value that cannot travel."""
+    from kernel_server.dataflow import DELETED
+
+    outputs: dict[str, bytes] = {}
+    problems = []
+    for name in spec.writes:
+        if name not in ns:
+            if name in spec.deletes:
+                outputs[name] = DELETED  # ``del name`` ran: the notebook loses it too
+            continue  # bound only on a branch that did not run
+        mark_origin(ns[name])
+        try:
+            outputs[name] = cloudpickle.dumps(ns[name])
+        except Exception as exc:  # pickling raises many types
+            problems.append(f"  {name} ({type(ns[name]).__name__}): {exc}")
+    return outputs, problems
 
 
 def warm_up() -> int:

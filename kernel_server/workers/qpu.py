@@ -14,6 +14,8 @@ from typing import Any
 
 import cloudpickle
 
+from kernel_server.scheduler.plan_choice import PLAN_LIMIT  # what --plan N picks from
+
 
 @dataclass
 class DeviceEstimate:
@@ -49,8 +51,10 @@ def estimate_on_device(circuits_blob: bytes, device: str, seed: int = 0) -> Devi
     survive compilation.
     """
     from kernel_server.estimator.numerical import fidelity_and_duration, numerical_estimate
+    from kernel_server.workers.circuit_identity import register_reducers
     from kernel_server.workers.devices import load_backend
 
+    register_reducers()  # the transpiled circuits travel back to the orchestrator
     t0 = time.perf_counter()
     backend = load_backend(device)
     circuits = cloudpickle.loads(circuits_blob)
@@ -115,9 +119,6 @@ def _execute_on_device(
     from kernel_server.workers.classical import worker_address
 
     return Execution(cloudpickle.dumps(results), methods, worker_address())
-
-
-PLAN_LIMIT = 12  # plans kept per step (best-first): what --plan N can pick from
 
 
 def plan_step(

@@ -45,9 +45,11 @@ from kernel_server.estimator.mitigation.base import (
     as_observable,
     expectation_value,
     get_technique,
+    has_control_flow,
     measurement_map,
     normalize,
 )
+from kernel_server.workers.circuit_identity import fingerprint
 
 # The device helpers (qiskit_ibm_runtime, qiskit_aer: 1-3 s) are imported inside the functions that
 # use them, so that importing the mitigation package stays cheap.
@@ -167,6 +169,19 @@ class MitigationStack:
             flowing = technique.produces
         return flowing, converts
 
+    def unsupported_reason(self, circuit: QuantumCircuit) -> str | None:
+        """Why the stack cannot mitigate ``circuit`` (its first technique that cannot), or None.
+
+        Techniques after one that makes new circuits (cutting's subexperiments) are not asked:
+        they see those circuits, not ``circuit``."""
+        for technique in self.techniques:
+            reason = technique.unsupported_reason(circuit)
+            if reason is not None:
+                return reason
+            if not technique.same_qubits:
+                break
+        return None
+
     def needs_observable(self) -> bool:
         """Whether :meth:`construct` needs an observable."""
         return (
@@ -193,6 +208,9 @@ class MitigationStack:
         """All circuits to run for ``circuit`` (virtual, with measurements).
 
         ``per_outcome`` plans for :meth:`combine_distribution` (no observable needed)."""
+        reason = self.unsupported_reason(circuit)
+        if reason is not None:
+            raise ValueError(f"{self!r}: {reason}")
         if per_outcome:
             if any(t.adds_midcircuit_measurements for t in self.techniques):
                 raise ValueError(
@@ -382,9 +400,13 @@ def parse_stack(spec: StackSpec) -> MitigationStack:
 _CACHE_SIZE = 64
 _lock = threading.Lock()  # the caches
 _run_lock = threading.Lock()  # passes keep per-run state: one run at a time per pass manager
-_targets: dict[str, Target] = {}
-_layout_pms: OrderedDict[tuple[str, int], PassManager] = OrderedDict()
-_level0_pms: OrderedDict[tuple[str, tuple[int, ...], bool, int], PassManager] = OrderedDict()
+# Keyed on devices.compile_key: the calibration id and the control flow the target accepts.
+_targets: dict[Any, Target] = {}
+_layout_pms: OrderedDict[tuple[Any, int], PassManager] = OrderedDict()
+_level0_pms: OrderedDict[tuple[Any, tuple[int, ...], bool, int], PassManager] = OrderedDict()
+# Compiled circuits by content: a cell run again rebuilds the same mitigation circuits, and
+# compiling them (padding idle time on every qubit of a large device) costs more than running.
+_compiled: OrderedDict[tuple[Any, ...], QuantumCircuit] = OrderedDict()
 
 
 def _cached(cache: OrderedDict, key: Any, build: Any) -> Any:
@@ -404,9 +426,9 @@ def _cached(cache: OrderedDict, key: Any, build: Any) -> Any:
 def _target(backend: BackendV2) -> Target:
     """The device target without broken couplers and qubits (see numerical.healthy_target)."""
     from kernel_server.estimator.numerical import broken_entries, healthy_target
-    from kernel_server.workers.devices import calibration_id
+    from kernel_server.workers.devices import compile_key
 
-    key = calibration_id(backend)
+    key = compile_key(backend)
     with _lock:
         target = _targets.get(key)
     if target is None:
@@ -425,7 +447,7 @@ def choose_layout(circuit: QuantumCircuit, backend: BackendV2, seed: int = 0) ->
     the level-0 one that actually runs and force routing there. Here the init stage is level 0's.
     """
     from kernel_server.estimator.numerical import check_width
-    from kernel_server.workers.devices import calibration_id
+    from kernel_server.workers.devices import compile_key
 
     check_width(circuit, backend)
     target = _target(backend)
@@ -438,7 +460,7 @@ def choose_layout(circuit: QuantumCircuit, backend: BackendV2, seed: int = 0) ->
         pm.scheduling = None
         return pm
 
-    pm = _cached(_layout_pms, (calibration_id(backend), seed), build)
+    pm = _cached(_layout_pms, (compile_key(backend), seed), build)
     with _run_lock:
         transpiled = pm.run(circuit)
     return tuple(transpiled.layout.initial_index_layout(filter_ancillas=True))
@@ -454,11 +476,14 @@ def transpile_mitigated(
     """``circuit`` on ``layout`` at optimization level 0 (folds and DD pulses survive).
 
     ``schedule`` adds ALAP scheduling: idle windows become delays, which the noisy simulator
-    relaxes with T1/T2 (without them idle qubits suffer no noise at all).
+    relaxes with T1/T2 (without them idle qubits suffer no noise at all). Qiskit's scheduling
+    stage does not take control flow, so a dynamic circuit is never scheduled: its idle windows
+    go without relaxation, as ``AerSimulator.from_backend`` runs it too.
     """
-    from kernel_server.workers.devices import calibration_id
+    from kernel_server.workers.devices import compile_key
 
-    key = (calibration_id(backend), tuple(layout), schedule, seed)
+    schedule = schedule and not has_control_flow(circuit)
+    key = (compile_key(backend), tuple(layout), schedule, seed)
     target = _target(backend)
 
     def build() -> PassManager:
@@ -470,7 +495,16 @@ def transpile_mitigated(
             scheduling_method="alap" if schedule else None,
         )
 
-    pm = _cached(_level0_pms, key, build)
+    content = fingerprint([circuit])
+    if content:
+        compiled = _cached(
+            _compiled, (content, *key), lambda: _run(_cached(_level0_pms, key, build), circuit)
+        )
+        return compiled.copy()
+    return _run(_cached(_level0_pms, key, build), circuit)
+
+
+def _run(pm: PassManager, circuit: QuantumCircuit) -> QuantumCircuit:
     with _run_lock:
         return pm.run(circuit)
 

@@ -1,0 +1,47 @@
+"""What makes two circuits the same, and how they travel between processes.
+
+A fingerprint lets the orchestrator reuse estimates and resource plans when a cell runs again
+(the common case in a notebook): it digests a circuit's content through qpy, not its name, which
+Qiskit numbers afresh for every unnamed circuit ("circuit-41"), so that equal circuits from two
+runs of a cell match.
+
+Qiskit's ``CASE_DEFAULT`` (the default case of a ``switch``) is a singleton that pickle copies
+into a look-alike the switch then refuses ("invalid case specifier"); the reducer registered here
+makes it unpickle as itself, in every process that sends circuits.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import hashlib
+import io
+from typing import Any
+
+
+def fingerprint(circuits: list[Any]) -> str:
+    """A digest of the circuits' content, or "" where qpy cannot write them (no reuse then)."""
+    from qiskit import qpy
+
+    buffer = io.BytesIO()
+    try:
+        qpy.dump([circuit.copy(name="c") for circuit in circuits], buffer)
+    except Exception:  # qpy refuses some custom objects; such circuits are just not reused
+        return ""
+    return hashlib.sha256(buffer.getvalue()).hexdigest()
+
+
+def _case_default() -> Any:
+    from qiskit.circuit.controlflow import CASE_DEFAULT
+
+    return CASE_DEFAULT
+
+
+def _reduce_case_default(_: Any) -> tuple[Any, tuple[()]]:
+    return _case_default, ()
+
+
+def register_reducers() -> None:
+    """Make switch circuits with a default case survive pickling (idempotent, cheap)."""
+    from qiskit.circuit.controlflow import CASE_DEFAULT
+
+    copyreg.pickle(type(CASE_DEFAULT), _reduce_case_default)
