@@ -1254,7 +1254,10 @@ def split_cell(source: str, notebook: NotebookContext = _NO_NOTEBOOK) -> Workflo
         # In-place mutations are such may-writes too (the object is handed back, changed or not).
         passthrough = {name for name in writes_set - walker.bound if name in last_writer}
         maybe_only.append(writes_set - walker.bound)
-        reads = tuple(sorted(walker.step_reads() | passthrough))
+        # A name the step may ``del`` comes in too, so that the worker can tell "deleted" (there
+        # at the start, gone at the end) from "never reached" (the step failed first): only the
+        # former removes the notebook's value, as in Python.
+        reads = tuple(sorted(walker.step_reads() | passthrough | walker.deleted))
         writes = tuple(sorted(writes_set))
         first, last = body[group[0]], body[group[-1]]
         start = _start(first)

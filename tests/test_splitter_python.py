@@ -170,7 +170,15 @@ def check(source: str, notebook: dict) -> None:
 NOTEBOOKS = st.sampled_from([{}, {"a": 5, "rows": [1]}, {"rows": [], "b": 0}])
 
 
-@settings(max_examples=4000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Derandomized: the same cells every run, so that CI stays reproducible; run it with
+# derandomize=False (or another seed) to search further, as tools in the issue notes did.
+@settings(
+    max_examples=3000,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(st.lists(statements(), min_size=1, max_size=8), NOTEBOOKS)
 def test_split_cells_leave_what_python_leaves(lines, notebook):
     check("\n".join(lines) + "\n", notebook)
