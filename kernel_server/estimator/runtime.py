@@ -47,7 +47,7 @@ from kernel_server.estimator.forest import (
     load_model_json,
     save_model_json,
 )
-from kernel_server.paths import SHARED_DATA_DIR
+from kernel_server.paths import SHARED_DATA_DIR, missing_data
 
 __all__ = ["ModelFileError", "RuntimeModel", "main", "train_runtime"]
 
@@ -57,7 +57,8 @@ TARGET = "time_taken_s"
 DEFAULT_MODEL_PATH = Path(__file__).parent / "models" / "runtime.json"
 DEFAULT_DATA_PATH = SHARED_DATA_DIR / "ibm_runtime_train.csv"
 REBUILD_HINT = (
-    "rebuild it with `qonductor train runtime` (reads ../shared/data/ibm_runtime_train.csv)"
+    "rebuild it with `qonductor train runtime` (reads ibm_runtime_train.csv from the folder "
+    "QONDUCTOR_DATA names)"
 )
 FORMAT = "qonductor-runtime-forests/1"
 ATTRIBUTION = (
@@ -564,8 +565,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.data.is_file():
         print(
-            f"error: runtime data {args.data} not found. It is not shipped with Qonductor; "
-            "pass --data PATH to a CSV with columns "
+            f"error: {missing_data(args.data)}. It is not shipped with Qonductor; "
+            "or pass --data PATH to a CSV with columns "
             f"{', '.join((*FEATURES, TARGET))}.",
             file=sys.stderr,
         )

@@ -14,14 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
+from kernel_server.paths import SHARED_DATA_DIR
+
 MEAN_BACKGROUND_S = 4.0  # seconds per background job (log-normal, sigma 0.5)
 MAX_UTILISATION = 0.9  # no QPU is saturated by background work alone
-DEFAULT_TRACE = (
-    Path(__file__).resolve().parents[2].parent
-    / "shared"
-    / "data"
-    / "ibm_queue_trace_2023-11.csv.gz"
-)
+DEFAULT_TRACE = SHARED_DATA_DIR / "ibm_queue_trace_2023-11.csv.gz"
 
 
 def synthetic_rates(qpus: int, load: float, seed: int) -> np.ndarray:

@@ -14,7 +14,7 @@ and a technique that needs terminal measurements cannot follow cutting.
 
 :func:`run_mitigated` is the reference executor: it transpiles every constructed circuit for the
 device and runs it with the device's noise (``aer_sim.run_noisy``). The traps it respects
-(``/work/shared/STACK.md``): mitigation acts on the small virtual circuit (mitiq's DDD on a
+(measured on this stack, the project's notes on it): mitigation acts on the small virtual circuit (mitiq's DDD on a
 full-width transpiled circuit hangs), and constructed circuits are transpiled at
 ``optimization_level=0`` (folds and DD pulses survive, no ``sxdg`` from folding an already
 transpiled circuit) with the physical qubits chosen once for the circuit they stem from.
