@@ -170,8 +170,8 @@ def check(source: str, notebook: dict) -> None:
 NOTEBOOKS = st.sampled_from([{}, {"a": 5, "rows": [1]}, {"rows": [], "b": 0}])
 
 
-# Derandomized: the same cells every run, so that CI stays reproducible; run it with
-# derandomize=False (or another seed) to search further, as tools in the issue notes did.
+# Derandomized: the same cells every run, so that CI stays reproducible. To search for new
+# counterexamples, run it with derandomize=False and more examples.
 @settings(
     max_examples=3000,
     deadline=None,

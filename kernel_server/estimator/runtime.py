@@ -565,9 +565,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.data.is_file():
         print(
-            f"error: {missing_data(args.data)}. It is not shipped with Qonductor; "
-            "or pass --data PATH to a CSV with columns "
-            f"{', '.join((*FEATURES, TARGET))}.",
+            f"error: {missing_data(args.data)}, or pass --data PATH to a CSV with columns "
+            f"{', '.join((*FEATURES, TARGET))} (the data is not shipped with Qonductor).",
             file=sys.stderr,
         )
         return 2

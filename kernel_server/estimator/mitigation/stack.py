@@ -13,8 +13,8 @@ DD) average whatever they get. So "rem+zne" is invalid (ZNE would hand REM expec
 and a technique that needs terminal measurements cannot follow cutting.
 
 :func:`run_mitigated` is the reference executor: it transpiles every constructed circuit for the
-device and runs it with the device's noise (``aer_sim.run_noisy``). The traps it respects
-(measured on this stack, the project's notes on it): mitigation acts on the small virtual circuit (mitiq's DDD on a
+device and runs it with the device's noise (``aer_sim.run_noisy``). The traps of this stack it
+respects, each measured: mitigation acts on the small virtual circuit (mitiq's DDD on a
 full-width transpiled circuit hangs), and constructed circuits are transpiled at
 ``optimization_level=0`` (folds and DD pulses survive, no ``sxdg`` from folding an already
 transpiled circuit) with the physical qubits chosen once for the circuit they stem from.
