@@ -21,7 +21,7 @@ from .fleet import QueuedJob, SimulatedQPU
 from .jobs import JobRecord, JobState, WorkflowRun, WorkflowState, new_id
 from .lru import LRU
 from .scheduler.cycle import QPUView
-from .scheduler.dispatch import CycleDispatcher
+from .scheduler.dispatch import OnlineDispatcher
 from .scheduler.placement import DEFAULT_PLACEMENT, Candidate, place
 from .scheduler.plan_choice import ASSUMED_LOOP_CALLS, choose_plan, parse_plan_option
 from .store import Store
@@ -75,7 +75,7 @@ class JobManager:
         self.reply = reply
         self.placement = placement
         self.estimating = 0  # QPU jobs between their arrival and their placement decision
-        self.dispatcher = CycleDispatcher(
+        self.dispatcher = OnlineDispatcher(
             self._qpu_views, balance=balance, estimating=lambda: self.estimating
         )
         # A cell run again sends the same circuits: their estimates on a calibration, and their
@@ -461,7 +461,10 @@ class JobManager:
                     circuits=msg.circuits,
                 )
             )
-            execution = await done
+            try:
+                execution = await done
+            finally:
+                self.dispatcher.kick()  # the QPU is free: jobs waiting for it may be bound now
             self.qpu_waits.pop(job.id, None)
             job.method = ",".join(sorted(set(execution.methods)))
             self.move(job, JobState.DONE, f"simulated with {job.method}")

@@ -122,7 +122,7 @@ def test_the_orchestrator_schedules_with_the_fleet_files_balance(tmp_path):
         qpu.record_run(12.0)
         views = orch.manager._qpu_views()
         orch.store.close()
-        return orch.manager.dispatcher.state.extra["balance"], views
+        return orch.manager.dispatcher.balance, views
 
     balance, (view,) = asyncio.run(scenario())
     assert balance == 0.05

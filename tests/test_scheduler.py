@@ -213,7 +213,7 @@ def test_dispatcher_gathers_concurrent_jobs_into_one_cycle_and_places_a_lone_job
     import asyncio
     import time
 
-    from kernel_server.scheduler.dispatch import CycleDispatcher
+    from kernel_server.scheduler.dispatch import OnlineDispatcher as CycleDispatcher
 
     fleet = [QPUView("good", 27, wait_s=0.0), QPUView("busy", 127, wait_s=500.0)]
 
@@ -239,7 +239,7 @@ def test_dispatcher_gathers_concurrent_jobs_into_one_cycle_and_places_a_lone_job
 def test_a_balancing_dispatcher_spreads_a_shared_fleet() -> None:
     import asyncio
 
-    from kernel_server.scheduler.dispatch import CycleDispatcher
+    from kernel_server.scheduler.dispatch import OnlineDispatcher as CycleDispatcher
 
     # "best" ran 10 minutes of work in the last hour, "other" none; both queues are empty.
     fleet = [

@@ -37,8 +37,8 @@ QUICK = {"population": 40, "max_generations": 20}  # small NSGA-II runs keep the
 
 def test_simulation_is_deterministic_and_completes_every_job_once() -> None:
     w = workload()
-    a = simulate(w, "qonductor", seed=3, triggers=FAST, nsga2_options=QUICK)
-    b = simulate(w, "qonductor", seed=3, triggers=FAST, nsga2_options=QUICK)
+    a = simulate(w, "qonductor-paper", seed=3, triggers=FAST, nsga2_options=QUICK)
+    b = simulate(w, "qonductor-paper", seed=3, triggers=FAST, nsga2_options=QUICK)
     assert np.array_equal(a.jct_s, b.jct_s) and a.qpu_of_job == b.qpu_of_job
     m = a.metrics()
     assert m["completed"] == w.num_jobs and m["dropped"] == 0
@@ -52,7 +52,7 @@ def test_simulation_is_deterministic_and_completes_every_job_once() -> None:
 def test_fcfs_piles_on_the_best_qpu_and_qonductor_trades_a_little_fidelity_for_jct() -> None:
     w = workload()
     fcfs = simulate(w, "fcfs", seed=1, triggers=FAST, nsga2_options=QUICK).metrics()
-    qon = simulate(w, "qonductor", seed=1, triggers=FAST, nsga2_options=QUICK).metrics()
+    qon = simulate(w, "qonductor-paper", seed=1, triggers=FAST, nsga2_options=QUICK).metrics()
     assert fcfs["our_load_s"]["good"] == 0 and fcfs["our_load_s"]["ok"] == 0
     assert qon["mean_jct_s"] < 0.5 * fcfs["mean_jct_s"]
     assert qon["mean_fidelity"] >= 0.95 * fcfs["mean_fidelity"]
@@ -61,8 +61,8 @@ def test_fcfs_piles_on_the_best_qpu_and_qonductor_trades_a_little_fidelity_for_j
 
 def test_load_balancing_evens_the_hour_out() -> None:
     w = workload()
-    free = simulate(w, "qonductor", seed=1, triggers=FAST, nsga2_options=QUICK, balance=None)
-    even = simulate(w, "qonductor", seed=1, triggers=FAST, nsga2_options=QUICK, balance=0.05)
+    free = simulate(w, "qonductor-paper", seed=1, triggers=FAST, nsga2_options=QUICK, balance=None)
+    even = simulate(w, "qonductor-paper", seed=1, triggers=FAST, nsga2_options=QUICK, balance=0.05)
     # Unbalanced, the favourite QPU carries most of the work; balanced, every QPU within ~15%
     # (5% per cycle, give or take a job, and real run times off their estimates).
     assert free.metrics()["max_load_difference"] > 0.5
@@ -73,7 +73,7 @@ def test_load_balancing_evens_the_hour_out() -> None:
 def test_reserved_qpu_starts_nothing_in_its_window() -> None:
     w = workload()
     window = Reservation("best", 100.0, 400.0)
-    for policy in ("qonductor", "fcfs"):
+    for policy in ("qonductor-paper", "qonductor", "fcfs"):
         run = simulate(w, policy, seed=1, triggers=FAST, nsga2_options=QUICK, reservations=[window])
         for lo, _ in run.busy_intervals["best"]:
             assert not 100.0 <= lo < 400.0
@@ -85,7 +85,7 @@ def test_calibration_crossover_moves_waiting_jobs() -> None:
     # load balancing, so that jobs queue up on the favourite QPU.
     run = simulate(
         w,
-        "qonductor",
+        "qonductor-paper",
         seed=1,
         triggers=FAST,
         nsga2_options=QUICK,
@@ -96,7 +96,7 @@ def test_calibration_crossover_moves_waiting_jobs() -> None:
     assert run.metrics()["completed"] == w.num_jobs
     worse = simulate(
         w,
-        "qonductor",
+        "qonductor-paper",
         seed=1,
         triggers=FAST,
         nsga2_options=QUICK,

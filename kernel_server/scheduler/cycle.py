@@ -143,7 +143,7 @@ def run_cycle(
     t1 = time.perf_counter()
     assignment = get_policy(policy)(problem, state, preference, seed)
     out.stage_seconds["optimization+selection"] = time.perf_counter() - t1
-    if policy == "qonductor":
+    if policy.startswith("qonductor"):
         out.result = state.last_result
     for r, column in zip(rows, assignment, strict=True):
         out.placed[job_ids[r]] = qpus[columns[column]].name

@@ -1,60 +1,59 @@
-"""The orchestrator's quantum scheduling: notebook QPU jobs placed in cycles of the real scheduler.
+"""The orchestrator's quantum scheduling: notebook QPU jobs placed by the online scheduler.
 
-A QPU job whose estimates are ready asks ``CycleDispatcher.place``. The dispatcher gathers the jobs
-that arrive within ``INTERACTIVE_TRIGGERS.gather_s`` (a cell's parallel steps share one cycle),
-but no longer than some job may still join: when no other QPU job is being estimated, the cycle
-runs at once, so a lone job does not wait for company that cannot come. The cycle is
-``cycle.run_cycle`` with the ``qonductor`` policy, in a thread (NSGA-II must not block the event
-loop); it answers each job with its QPU. Jobs of different preferences (a workflow's
-``--priority``) are placed in separate cycles, one after another.
+A QPU job whose estimates are ready asks ``OnlineDispatcher.place`` and gets the QPU it is to be
+queued on. The decision is ``scheduler.online``'s, the code the cloud simulator measures: jobs that
+arrive within ``GATHER_S`` share one decision (a cell's parallel steps), or it runs at once when no
+other QPU job is being estimated (a lone job does not wait for company that cannot come). A job is
+bound to a QPU only when that QPU's queue clears within ``COMMIT_AHEAD_S``; until then it stays in
+the dispatcher and is re-planned whenever the fleet changes (``kick``: a QPU finished a job) and,
+as a safety net for waits that only shrink with time, every ``POLL_S`` while jobs wait. Jobs of
+different preferences (a workflow's ``--priority``) have their own pending sets over the same fleet.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from kernel_server.scheduler.cycle import INTERACTIVE_TRIGGERS, QPUView, Triggers, run_cycle
-from kernel_server.scheduler.policies import PolicyState
+from kernel_server.scheduler.cycle import QPUView
+from kernel_server.scheduler.online import OnlineScheduler
 
-# A QPU a job may not use (its configuration excludes it) gets these estimates: every schedule
-# that uses it is dominated by the same schedule without it, so it never reaches the front.
+# A QPU a job may not use (its configuration excludes it) gets these estimates: it never wins.
 _EXCLUDED_RUNTIME = 1e7
+GATHER_S = 0.25
+# Notebook jobs on the simulated fleet take well under a minute; a QPU whose queue clears within
+# this gets the job in its queue now (the orchestrator's queues are its own, nothing overtakes).
+COMMIT_AHEAD_S = 60.0
+POLL_S = 1.0
 
 
-@dataclass
-class PlacementRequest:
-    job_id: str
-    num_qubits: int
-    estimates: dict[str, tuple[float, float]]  # QPU name -> (fidelity, seconds)
-    preference: Any
-    future: asyncio.Future
-
-
-class CycleDispatcher:
+class OnlineDispatcher:
     def __init__(
         self,
         fleet: Callable[[], Sequence[QPUView]],
-        triggers: Triggers = INTERACTIVE_TRIGGERS,
         seed: int = 0,
         balance: float | None = None,
         estimating: Callable[[], int] | None = None,
+        gather_s: float = GATHER_S,
+        commit_ahead_s: float = COMMIT_AHEAD_S,
     ) -> None:
-        # How many QPU jobs are still being estimated: those may join the next cycle.
+        # How many QPU jobs are still being estimated: those may join the next decision.
         self.estimating = estimating or (lambda: 1)
         self.fleet = fleet
-        self.triggers = triggers
         self.seed = seed
-        self.pending: list[PlacementRequest] = []
-        self.state = PolicyState(extra={"balance": balance})
-        self.cycles = 0
-        self._timer: asyncio.Task | None = None
-        self._wake = asyncio.Event()
+        self.balance = balance
+        self.gather_s = gather_s
+        self.commit_ahead_s = commit_ahead_s
+        self.schedulers: dict[str, OnlineScheduler] = {}
+        self.futures: dict[str, asyncio.Future] = {}
+        self.cycles = 0  # decisions taken
+        self._timer: asyncio.TimerHandle | None = None
         self._lock = asyncio.Lock()
+        self._t0 = time.monotonic()
 
     async def place(
         self,
@@ -63,77 +62,80 @@ class CycleDispatcher:
         estimates: dict[str, tuple[float, float]],
         preference: Any,
     ) -> str:
-        """The QPU chosen for this job by the next cycle."""
-        future = asyncio.get_running_loop().create_future()
-        self.pending.append(PlacementRequest(job_id, num_qubits, estimates, preference, future))
-        self._schedule()
-        return await future
-
-    def _schedule(self) -> None:
-        """A cycle for the pending jobs: at once when the queue is full or nobody else can join,
-        else after the gathering window."""
-        if self._timer is None or self._timer.done():
-            self._wake = asyncio.Event()
-            self._timer = asyncio.get_running_loop().create_task(
-                self._cycle_after(self.triggers.gather_s or 0.0)
+        """The QPU this job is to be queued on, once the online scheduler binds it."""
+        views = list(self.fleet())
+        fidelity = np.zeros(len(views))
+        runtime = np.full(len(views), _EXCLUDED_RUNTIME)
+        for k, view in enumerate(views):
+            if view.name in estimates:
+                fidelity[k], runtime[k] = estimates[view.name]
+        widest = max((v.num_qubits for v in views), default=0)
+        if num_qubits > widest:
+            raise RuntimeError(
+                f"job {job_id} needs {num_qubits} qubits but the largest QPU of the fleet has "
+                f"{widest}; reduce the circuit's width or cut it"
             )
-        if len(self.pending) >= self.triggers.queue_size or self.estimating() == 0:
-            self._wake.set()
-
-    async def _cycle_after(self, delay: float) -> None:
+        key = repr(preference)
+        if key not in self.schedulers:
+            self.schedulers[key] = OnlineScheduler(
+                preference=preference,
+                commit_ahead_s=self.commit_ahead_s,
+                balance=self.balance,
+                seed=self.seed,
+            )
+        scheduler = self.schedulers[key]
+        scheduler.add(job_id, num_qubits, fidelity, runtime, self._now())
+        future = asyncio.get_running_loop().create_future()
+        self.futures[job_id] = future
+        if self.estimating() == 0:
+            self.kick()
+        else:
+            self._later(self.gather_s)
         try:
-            await asyncio.wait_for(self._wake.wait(), delay)
-        except asyncio.TimeoutError:
-            pass
-        try:
-            await self._cycle()
-        finally:
-            if self.pending:  # arrived while this cycle ran: they get the next one
-                asyncio.get_running_loop().call_soon(self._schedule)
+            return await future
+        finally:  # cancelled or failed while it waited: it leaves the pending set
+            self.futures.pop(job_id, None)
+            scheduler.pending.pop(job_id, None)
 
-    async def _cycle(self) -> None:
-        async with self._lock:
-            batch, self.pending = self.pending, []
-            groups: dict[str, list[PlacementRequest]] = {}
-            for request in batch:
-                groups.setdefault(repr(request.preference), []).append(request)
-            for requests in groups.values():
-                # The fleet is read here, in the event loop that owns the queues; only the
-                # optimisation runs in the thread.
+    def kick(self) -> None:
+        """Something changed (a job arrived alone, a QPU freed): decide now."""
+        self._later(0.0)
+
+    def _now(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _later(self, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time() + delay
+        if self._timer is not None and self._timer.when() <= due:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(due, lambda: loop.create_task(self._decide()))
+
+    async def _decide(self) -> None:
+        self._timer = None
+        async with self._lock:  # one decision at a time
+            for scheduler in self.schedulers.values():
+                if not scheduler.pending:
+                    continue
+                # In the event loop that owns the queues and the pending sets: a decision takes
+                # a millisecond or two (tens of ms where 8 or more jobs wait and NSGA-II runs),
+                # and a thread would race ``place`` over the pending set.
                 views = list(self.fleet())
                 try:
-                    placed = await asyncio.to_thread(self._run, requests, views)
-                except Exception as exc:  # a failed cycle fails its jobs, not the orchestrator
-                    for r in requests:
-                        if not r.future.done():
-                            r.future.set_exception(exc)
+                    starts = scheduler.step(views, self._now())
+                except Exception as exc:  # a failed decision fails its jobs, not the orchestrator
+                    for job_id in list(scheduler.pending):
+                        future = self.futures.get(job_id)
+                        if future is not None and not future.done():
+                            future.set_exception(exc)
                     continue
-                for r in requests:
-                    if r.future.done():
-                        continue
-                    if r.job_id in placed:
-                        r.future.set_result(placed[r.job_id])
-                    else:
-                        r.future.set_exception(RuntimeError(f"no QPU can run job {r.job_id} now"))
+                self.cycles += 1
+                for job_id, column in starts:
+                    future = self.futures.get(job_id)
+                    if future is not None and not future.done():
+                        future.set_result(views[column].name)
+        if any(s.pending for s in self.schedulers.values()):
+            self._later(POLL_S)
 
-    def _run(self, requests: list[PlacementRequest], views: list[QPUView]) -> dict[str, str]:
-        names = [v.name for v in views]
-        runtime = np.full((len(requests), len(views)), _EXCLUDED_RUNTIME)
-        fidelity = np.zeros((len(requests), len(views)))
-        for i, r in enumerate(requests):
-            for j, name in enumerate(names):
-                if name in r.estimates:
-                    fidelity[i, j], runtime[i, j] = r.estimates[name]
-        outcome = run_cycle(
-            [r.job_id for r in requests],
-            [r.num_qubits for r in requests],
-            runtime,
-            fidelity,
-            views,
-            policy="qonductor",
-            state=self.state,
-            preference=requests[0].preference,
-            seed=self.seed + self.cycles,
-        )
-        self.cycles += 1
-        return outcome.placed

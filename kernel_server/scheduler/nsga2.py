@@ -266,9 +266,13 @@ def all_assignments(n: int, q: int) -> np.ndarray:
 
 
 def _initial_population(
-    problem: SchedulingProblem, size: int, rng: np.random.Generator
+    problem: SchedulingProblem,
+    size: int,
+    rng: np.random.Generator,
+    extra: np.ndarray | None = None,
 ) -> np.ndarray:
     seeds = [
+        *(np.asarray(extra, dtype=int) if extra is not None else ()),
         best_fidelity_assignment(problem),
         earliest_completion_assignment(problem),
         *(earliest_completion_assignment(problem, s) for s in (0.01, 0.03, 0.1)),
@@ -291,8 +295,12 @@ def nsga2_schedule(
     max_generations: int = MAX_GENERATIONS,
     max_evaluations: int = MAX_EVALUATIONS,
     window: int = WINDOW,
+    seeds: np.ndarray | None = None,
 ) -> ScheduleResult:
-    """Run NSGA-II on ``problem`` and pick a schedule on its front by ``preference``."""
+    """Run NSGA-II on ``problem`` and pick a schedule on its front by ``preference``.
+
+    ``seeds``: (K, N) schedules to start the population with besides the greedy ones (the online
+    scheduler's list schedules and its previous plan)."""
     from pymoo.algorithms.moo.nsga2 import NSGA2, binary_tournament
     from pymoo.core.duplicate import DefaultDuplicateElimination
     from pymoo.core.mating import Mating
@@ -348,7 +356,7 @@ def nsga2_schedule(
     mutation = PM(prob=1.0, eta=20, vtype=float, repair=_Repair())
     algorithm = NSGA2(
         pop_size=population,
-        sampling=_initial_population(problem, population, rng),
+        sampling=_initial_population(problem, population, rng, seeds),
         crossover=crossover,
         mutation=mutation,
         repair=_Repair(),

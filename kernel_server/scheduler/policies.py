@@ -6,6 +6,13 @@
 * ``least-busy`` - IBM's ``least_busy``: the QPU with the fewest pending jobs at submission
   (counting the jobs this policy has just sent), ignoring fidelity and job lengths.
 * ``round-robin`` - QPUs in turn, skipping those too small for the job.
+* ``earliest-completion`` - the QPU where the job is expected to finish first (queued work + its
+  own run), whatever the fidelity.
+* ``fan`` - the largest fidelity / expected completion time (the FAN rule of the
+  quantum-schedulers testbed).
+* ``greedy-tolerance`` - the best fidelity among QPUs whose expected completion is within
+  ``tolerance_s`` seconds or ``tolerance`` of the earliest (2 s or 20% unless the policy name
+  says ``greedy-tolerance:5s+50%``): the short rule a cloud operator would write.
 
 Baselines place each job as it arrives, so the simulator calls them with one-job cycles; they
 accept any cycle size.
@@ -83,14 +90,76 @@ def round_robin(
     return out
 
 
+def _expected_finish(problem: SchedulingProblem) -> tuple[np.ndarray, np.ndarray]:
+    return problem.wait.astype(float).copy(), np.where(problem.feasible, problem.runtime, np.inf)
+
+
+def earliest_completion(
+    problem: SchedulingProblem, state: PolicyState, preference: Any, seed: int
+) -> np.ndarray:
+    free, run = _expected_finish(problem)
+    out = np.empty(problem.num_jobs, dtype=int)
+    for i in range(problem.num_jobs):
+        q = int(np.argmin(free + run[i]))
+        out[i] = q
+        free[q] += run[i, q]
+    return out
+
+
+def fan(problem: SchedulingProblem, state: PolicyState, preference: Any, seed: int) -> np.ndarray:
+    free, run = _expected_finish(problem)
+    out = np.empty(problem.num_jobs, dtype=int)
+    for i in range(problem.num_jobs):
+        score = np.where(problem.feasible[i], problem.fidelity[i] / (free + run[i]), -np.inf)
+        q = int(np.argmax(score))
+        out[i] = q
+        free[q] += run[i, q]
+    return out
+
+
+def parse_tolerance(text: str) -> tuple[float, float]:
+    """ "2s+20%" -> (2.0, 0.2); "" -> the default (2 s, 20%)."""
+    if not text:
+        return 2.0, 0.2
+    try:
+        seconds, _, share = text.partition("+")
+        return float(seconds.removesuffix("s")), float(share.removesuffix("%") or 0) / 100
+    except ValueError:
+        raise ValueError(f"greedy-tolerance takes SECONDSs+PERCENT%, e.g. 2s+20%, not {text!r}")
+
+
+def greedy_tolerance(
+    problem: SchedulingProblem, state: PolicyState, preference: Any, seed: int
+) -> np.ndarray:
+    seconds, share = parse_tolerance(str(preference) if preference != "balanced" else "")
+    free, run = _expected_finish(problem)
+    out = np.empty(problem.num_jobs, dtype=int)
+    for i in range(problem.num_jobs):
+        finish = free + run[i]
+        earliest = finish.min()
+        near = finish <= earliest + max(seconds, share * earliest) + 1e-9
+        q = int(np.argmax(np.where(near, problem.fidelity[i], -np.inf)))
+        out[i] = q
+        free[q] = finish[q]
+    return out
+
+
 POLICIES: dict[str, Policy] = {
     "qonductor": qonductor,
+    "qonductor-paper": qonductor,
     "fcfs": fcfs,
     "least-busy": least_busy,
     "round-robin": round_robin,
+    "earliest-completion": earliest_completion,
+    "fan": fan,
+    "greedy-tolerance": greedy_tolerance,
 }
-# Policies that batch jobs into cycles (triggers); the others place each job on arrival.
-BATCHING = frozenset({"qonductor"})
+# How the simulator drives each policy: ``qonductor`` online (``scheduler.online``: decisions on
+# events, jobs bound to a QPU as it frees), ``qonductor-paper`` in the paper's cycles (triggers,
+# committed queues); the baselines place each job on arrival. As a cycle's policy (``run_cycle``)
+# both names run NSGA-II over the cycle.
+ONLINE = frozenset({"qonductor"})
+BATCHING = frozenset({"qonductor-paper"})
 
 
 def get_policy(name: str) -> Policy:

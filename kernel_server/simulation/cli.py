@@ -19,14 +19,27 @@ if TYPE_CHECKING:
     from kernel_server.simulation.workload import Workload
 
 
-def parse_policy(text: str) -> tuple[str, str]:
-    """ "qonductor" / "qonductor:jct" / "fcfs" -> (policy, preference)."""
+def parse_policy(text: str, mode: str = "online") -> tuple[str, str]:
+    """ "qonductor" / "qonductor:jct" / "qonductor-paper:fidelity" / "greedy-tolerance:5s+50%" /
+    "fcfs" -> (policy, preference). ``mode`` "paper" makes plain "qonductor" the paper's cycles."""
+    from kernel_server.scheduler.policies import parse_tolerance
+
     name, _, preference = text.partition(":")
+    if name == "qonductor" and mode == "paper":
+        name = "qonductor-paper"
     if name not in POLICIES:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+    if name == "greedy-tolerance":
+        parse_tolerance(preference)  # raises with the format
+        return name, preference or "balanced"
     if preference and preference not in PREFERENCES:
         raise ValueError(f"unknown preference {preference!r}; known: {', '.join(PREFERENCES)}")
     return name, preference or "balanced"
+
+
+def policy_key(name: str, preference: str) -> str:
+    """The name a policy's results go under: presets other than balanced are named."""
+    return name if preference == "balanced" else f"{name}:{preference}"
 
 
 def calibration_events(
@@ -80,7 +93,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     from kernel_server.simulation.cloud import simulate
 
     wall0 = time.perf_counter()
-    policies = [parse_policy(p.strip()) for p in args.policies.split(",") if p.strip()]
+    policies = [parse_policy(p.strip(), args.mode) for p in args.policies.split(",") if p.strip()]
     if not policies:
         raise ValueError("--policies lists no policy")
     workload, background = workload_and_background(args, log)
@@ -96,7 +109,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     results: dict[str, Any] = {}
     runs = {}
     for name, preference in policies:
-        key = name if name != "qonductor" or preference == "balanced" else f"{name}:{preference}"
+        key = policy_key(name, preference)
         outcome = simulate(
             workload,
             name,
@@ -201,7 +214,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--policies",
         default="qonductor,fcfs,least-busy,round-robin",
-        help="comma-separated; qonductor:jct / qonductor:fidelity pick a preset",
+        help="comma-separated, of qonductor (online), qonductor-paper (the paper's cycles), "
+        "fcfs, least-busy, round-robin, earliest-completion, fan, greedy-tolerance; "
+        "qonductor:jct / qonductor:fidelity pick a preset, greedy-tolerance:5s+50%% its slack",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("online", "paper"),
+        default="online",
+        help="what plain 'qonductor' means: online decisions with late binding (default) or the "
+        "paper's 120 s / 100-job cycles into committed queues",
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default=None, help="write the metrics as JSON here")

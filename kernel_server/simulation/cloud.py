@@ -32,7 +32,8 @@ from kernel_server.scheduler.cycle import (
     Triggers,
     run_cycle,
 )
-from kernel_server.scheduler.policies import BATCHING, PolicyState
+from kernel_server.scheduler.online import OnlineScheduler
+from kernel_server.scheduler.policies import BATCHING, ONLINE, PolicyState
 from kernel_server.simulation.workload import Workload
 
 RUNTIME_ERROR_SIGMA = 0.15
@@ -43,6 +44,9 @@ RUNTIME_ERROR_SIGMA = 0.15
 # off: the notebook orchestrator's default (fleet.yaml ``scheduler:`` turns it on there), where one
 # user's jobs should go where they run best.
 DEFAULT_BALANCE = 0.05
+# Online qonductor decides this long after the first of a burst of arrivals (jobs arriving
+# together share one decision). Poisson arrivals at 6000 jobs/h come 0.6 s apart on average.
+ONLINE_GATHER_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,9 @@ class SimulationResult:
     wall_s: float
     busy_intervals: dict[str, list[tuple[float, float]]]
     last_front: np.ndarray | None = None  # (K, 2) front of the last qonductor cycle with a choice
+    # Online qonductor: wall seconds of each decision and the jobs it covered.
+    decision_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    decision_jobs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
 
     @property
     def busy_s(self) -> dict[str, float]:
@@ -175,6 +182,14 @@ class SimulationResult:
             else 0.0,
             "max_pending": max((n for _, n in self.pending_samples), default=0),
             "crossover_moves": self.crossover_moves,
+            "decisions": int(len(self.decision_s)),
+            "median_decision_ms": float(np.median(self.decision_s) * 1000)
+            if len(self.decision_s)
+            else 0.0,
+            "p95_decision_ms": float(np.percentile(self.decision_s, 95) * 1000)
+            if len(self.decision_s)
+            else 0.0,
+            "mean_decision_jobs": float(self.decision_jobs.mean()) if len(self.decision_jobs) else 0.0,
             "our_load_s": {k: round(v, 1) for k, v in self.our_busy_s.items()},
             "wall_seconds": self.wall_s,
         }
@@ -235,6 +250,8 @@ def simulate(
     nsga2_options: dict[str, Any] | None = None,
     jct_model: str = "fifo",
     balance: float | None = DEFAULT_BALANCE,
+    gather_s: float = ONLINE_GATHER_S,
+    online_balance: float | None = None,
 ) -> SimulationResult:
     """Run one policy over the workload; deterministic for a seed (except wall times)."""
     wall0 = time.perf_counter()
@@ -253,6 +270,10 @@ def simulate(
         qpus[index[r.qpu]].reservations.append((r.start_s, r.end_s))
 
     batching = policy in BATCHING
+    online = policy in ONLINE
+    scheduler = OnlineScheduler(preference=preference, balance=online_balance, seed=seed)
+    largest = max(q.num_qubits for q in qpus)
+    decide_at: float | None = None
     state = PolicyState(
         extra={"nsga2": dict(nsga2_options or {}), "jct_model": jct_model, "balance": balance}
     )
@@ -336,9 +357,52 @@ def simulate(
             qpus[qi].enqueue(entry, now)
             entry_of[j] = entry
 
+    def enqueue(qi: int, entry: Entry, now: float) -> None:
+        qpus[qi].enqueue(entry, now)
+        if online:  # the QPU frees: pending jobs may start there
+            push(entry.end, "free", qi)
+
+    def decide(now: float) -> None:
+        for job_id, qi in scheduler.step([qp.view(now) for qp in qpus], now):
+            j = int(job_id)
+            placed_on[j] = qi
+            entry = Entry(
+                j,
+                float(workload.quantum_s[j, qi] * actual_factor[j, qi]),
+                float(workload.quantum_s[j, qi]),
+                now,
+            )
+            enqueue(qi, entry, now)
+            entry_of[j] = entry
+
+    if online:
+        for qp in qpus:  # a QPU coming back from a reservation may take jobs
+            for a, b in qp.reservations:
+                push(a, "decide", None)
+                push(b, "decide", None)
+
     while events:
         now, _, kind, payload = heapq.heappop(events)
-        if kind == "arrival":
+        if online and kind == "arrival":
+            j = payload
+            if workload.qubits[j] > largest:
+                dropped[j] = f"needs {workload.qubits[j]} qubits; the largest QPU has {largest}"
+                continue
+            scheduler.add(
+                str(j),
+                int(workload.qubits[j]),
+                np.nan_to_num(fidelity[j], nan=0.0),
+                np.nan_to_num(workload.quantum_s[j], nan=1e9),
+                now,
+            )
+            samples.append((now, len(scheduler.pending)))
+            if decide_at is None or decide_at < now:
+                decide_at = now + gather_s
+                push(decide_at, "decide", None)
+        elif kind == "decide" or kind == "free":
+            if online and scheduler.pending:
+                decide(now)
+        elif kind == "arrival":
             if batching:
                 pending.append(payload)
                 waiting_since.setdefault(payload, now)
@@ -366,7 +430,7 @@ def simulate(
                 push(timer_at, "cycle", None)
         elif kind == "background":
             qi, duration = payload
-            qpus[qi].enqueue(Entry(-1, duration, duration, now), now)
+            enqueue(qi, Entry(-1, duration, duration, now), now)
         elif kind == "calibration":
             c, qi = payload
             # New calibration: this QPU's fidelities drift for every job.
@@ -376,6 +440,12 @@ def simulate(
                 waiting = qpus[qi].withdraw_waiting(now)
                 if waiting:
                     place([e.job for e in waiting], now)
+            elif online and scheduler.pending:
+                # Nothing of ours waits in a queue: the pending jobs' plans take the new estimates.
+                scheduler.update_estimates(
+                    qi, {k: float(np.nan_to_num(fidelity[int(k), qi])) for k in scheduler.pending}
+                )
+                decide(now)
 
     jct = np.full(n, np.inf)
     fid = np.full(n, np.nan)
@@ -413,10 +483,12 @@ def simulate(
         makespan_s=makespan,
         cycles=cycles,
         pending_samples=samples,
-        crossover_moves=moves,
+        crossover_moves=scheduler.moves if online else moves,
         wall_s=time.perf_counter() - wall0,
         busy_intervals=intervals,
         last_front=last_front,
+        decision_s=scheduler.decision_seconds(),
+        decision_jobs=np.asarray([n for n, _, _ in scheduler.decisions], dtype=int),
     )
 
 

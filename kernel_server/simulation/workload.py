@@ -204,7 +204,11 @@ def generate(spec: WorkloadSpec, qpus: list[SimQPU], seed: int = 1, log: Any = N
         circuits.append(keys[int(rng.choice(nearest))])
     shots = np.maximum(100, np.round(rng.normal(spec.mean_shots, spec.sd_shots, size=count), -2))
     mitigated = rng.random(count) < spec.mitigated_share
-    stacks = [str(rng.choice(MITIGATION_STACKS)) if m else "none" for m in mitigated]
+    # A stack among those the circuit has plans for (readout mitigation stops at some width).
+    stacks = [
+        str(rng.choice([s for s in MITIGATION_STACKS if s in pool[c]["stacks"]])) if m else "none"
+        for c, m in zip(circuits, mitigated, strict=True)
+    ]
     n, q = count, len(qpus)
     # Per (circuit, stack): arrays over QPUs, then one gather per job (a Python loop over
     # jobs x QPUs cost seconds at 4500 jobs on 16 QPUs).

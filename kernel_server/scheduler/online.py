@@ -1,0 +1,282 @@
+"""Online quantum scheduling: decide when something changes, bind a job to a QPU only as it starts.
+
+The paper's scheduler gathers jobs for a cycle (120 s or 100 jobs) and then commits each to a QPU's
+FIFO queue: a job waits 60 s on average before anyone looks at it, and a decision taken on stale
+queue and calibration data cannot be taken back. Here a decision runs whenever the fleet or the
+pending set changes (jobs arrive, a QPU frees, a calibration lands, a reservation ends), over every
+job that has not started, and a job is handed to a QPU only when that QPU is about to be free
+(``commit_ahead_s``). Until then it is a *plan*: re-planned at the next event with fresh data, the
+late binding of Sparrow's and Slurm's backfill schedulers.
+
+A decision is the same multi-objective problem as a cycle (``SchedulingProblem``: mean JCT and
+mean error over the pending jobs, FIFO per QPU in arrival order, so each QPU serves our jobs first
+come first served). Its candidate schedules come from
+
+* the exact front where the assignments can be enumerated (``EXACT_LIMIT``),
+* otherwise list schedules over a sweep of exchange rates (seconds of completion one unit of
+  fidelity is worth: rate 0 is earliest expected completion, an infinite rate best fidelity),
+  the previous plan, and for larger decisions NSGA-II seeded with them;
+
+and the preset picks one on the front: first the region of schedules whose mean JCT is within the
+preset's slack of the fastest (``OnlinePreset.within``), then the pseudo-weights choice in it. The
+slack is what makes a preset mean something absolute: a cycle's front stretches from "every job
+where it finishes first" to "every job on its best QPU whatever the queue", and a pseudo-weights
+choice over that whole range (what the paper's selection does) trades minutes of waiting for a
+percent of fidelity.
+
+No starvation: our jobs keep arrival order on every QPU, and a job that has been moved
+``max_moves`` times (or waited ``pin_after_s``) is pinned to its planned QPU.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kernel_server.estimator.pareto import front_2d
+from kernel_server.scheduler.nsga2 import (
+    EXACT_LIMIT,
+    _repair_to_feasible,
+    all_assignments,
+    best_fidelity_assignment,
+    nsga2_schedule,
+    preference_weights,
+    pseudo_weights,
+)
+from kernel_server.scheduler.problem import SchedulingProblem
+
+
+@dataclass(frozen=True)
+class OnlinePreset:
+    """A preset's meaning: how much slower than the fastest plan it may be, and where in that
+    region it chooses (pseudo-weights over mean JCT, mean error)."""
+
+    slack: float  # relative: mean JCT up to (1 + slack) x the fastest schedule's
+    margin_s: float  # plus this many seconds per job
+    weights: tuple[float, float]
+
+    def within(self, jct: np.ndarray) -> np.ndarray:
+        """Mask of the schedules (mean JCT, seconds from now) this preset accepts."""
+        fastest = float(np.min(jct))
+        return jct <= fastest * (1.0 + self.slack) + self.margin_s + 1e-9
+
+
+# Set once on `qonductor simulate` at 1500 and 3000 jobs/h, 8 QPUs, seed 1, and checked at every
+# load of benchmarks/scheduler.py (which prints whether each preset meets its target there). In
+# words: "jct" is the most faithful plan within a second per job of the fastest; "balanced" within
+# 30% and 3 s per job; "fidelity" within 2.5x and 5 s per job. The weights lean to fidelity because
+# the region already bounds the waiting: inside it, the preset wants what the waiting buys.
+ONLINE_PRESETS: dict[str, OnlinePreset] = {
+    "jct": OnlinePreset(slack=0.0, margin_s=1.0, weights=(0.1, 0.9)),
+    "balanced": OnlinePreset(slack=0.3, margin_s=3.0, weights=(0.1, 0.9)),
+    "fidelity": OnlinePreset(slack=1.5, margin_s=5.0, weights=(0.05, 0.95)),
+}
+
+# Seconds of completion time one unit of fidelity is worth, swept to draw a cheap front.
+EXCHANGE_RATES = np.array([0.0, 2, 5, 10, 20, 40, 80, 150, 300, 600, 1200, 3000, 1e4, 1e6])
+NSGA_MIN_JOBS = 8  # from this many pending jobs the list schedules seed an NSGA-II search
+NSGA_ONLINE = {"population": 40, "max_generations": 25, "window": 8}
+
+
+def online_preset(preference: Any) -> OnlinePreset:
+    """A preset by name, or custom pseudo-weights (then with the balanced region)."""
+    if isinstance(preference, OnlinePreset):
+        return preference
+    if isinstance(preference, str) and preference in ONLINE_PRESETS:
+        return ONLINE_PRESETS[preference]
+    weights = preference_weights(preference)  # raises on unknown names
+    base = ONLINE_PRESETS["balanced"]
+    return OnlinePreset(base.slack, base.margin_s, weights)
+
+
+def exchange_rate_schedules(
+    problem: SchedulingProblem, rates: np.ndarray = EXCHANGE_RATES
+) -> np.ndarray:
+    """(K, N) list schedules, one per rate: jobs in order, each on the QPU minimising its
+    expected completion + rate x (1 - fidelity), queues growing as jobs are added."""
+    rates = np.asarray(rates, dtype=float)
+    free = np.tile(problem.wait.astype(float), (len(rates), 1))  # (K, Q)
+    out = np.empty((len(rates), problem.num_jobs), dtype=int)
+    rows = np.arange(len(rates))
+    for i in range(problem.num_jobs):
+        finish = free + problem.runtime[i][None, :]
+        cost = finish + rates[:, None] * (1.0 - problem.fidelity[i])[None, :]
+        q = np.argmin(np.where(problem.feasible[i][None, :], cost, np.inf), axis=1)
+        out[:, i] = q
+        free[rows, q] = finish[rows, q]
+    return out
+
+
+@dataclass
+class Decision:
+    assignment: np.ndarray  # (N,) QPU index per pending job
+    front: np.ndarray  # (K, 2) [mean JCT s, mean error] of the candidate front
+    chosen: int
+    path: str  # "exact", "list" or "nsga2"
+    seconds: float
+
+
+def decide(
+    problem: SchedulingProblem,
+    preference: Any = "balanced",
+    previous: np.ndarray | None = None,
+    seed: int = 0,
+) -> Decision:
+    """One online decision over the pending jobs of ``problem`` (no offsets: JCT from now)."""
+    start = time.perf_counter()
+    preset = online_preset(preference)
+    n, q = problem.num_jobs, problem.num_qpus
+    if n == 0:
+        empty = np.zeros(0, dtype=int)
+        return Decision(empty, np.zeros((1, 2)), 0, "exact", 0.0)
+    if q**n <= EXACT_LIMIT:
+        xs = np.unique(_repair_to_feasible(problem, all_assignments(n, q)), axis=0)
+        path = "exact"
+    else:
+        seeds = [exchange_rate_schedules(problem), best_fidelity_assignment(problem)[None, :]]
+        if previous is not None:
+            seeds.append(_repair_to_feasible(problem, np.asarray(previous)[None, :]))
+        xs = np.unique(np.vstack(seeds), axis=0)
+        path = "list"
+        if n >= NSGA_MIN_JOBS:
+            result = nsga2_schedule(
+                problem, preference=preset.weights, seed=seed, seeds=xs, **NSGA_ONLINE
+            )
+            xs = np.unique(np.vstack([xs, result.front_assignments]), axis=0)
+            path = "nsga2"
+    if problem.balance is not None:
+        excess = problem.load_excess(xs)
+        xs = xs[excess <= excess.min() + 1e-9]
+    f = problem.evaluate(xs)
+    on_front = front_2d(f)
+    xs, f = xs[on_front], f[on_front]
+    chosen = choose(f, preset)
+    return Decision(xs[chosen], f, chosen, path, time.perf_counter() - start)
+
+
+def choose(front: np.ndarray, preset: OnlinePreset) -> int:
+    """The preset's schedule on a front: pseudo-weights among those within its JCT slack."""
+    region = np.flatnonzero(preset.within(front[:, 0]))
+    if len(region) == 1:
+        return int(region[0])
+    distance = np.abs(pseudo_weights(front[region]) - np.asarray(preset.weights)).sum(axis=1)
+    return int(region[np.argmin(distance)])
+
+
+# --------------------------------------------------------------------------------------------
+# The pending set between decisions: plans, moves, pins and commits
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PendingJob:
+    job_id: str
+    num_qubits: int
+    fidelity: np.ndarray  # (Q,) over the fleet's QPUs (0 where it cannot run)
+    runtime: np.ndarray  # (Q,) estimated seconds
+    arrived_s: float
+    planned: int = -1  # QPU index of the current plan (-1: none yet)
+    moves: int = 0
+    pinned: bool = False
+
+
+@dataclass
+class OnlineScheduler:
+    """The pending jobs and their plans; ``step`` decides and says which jobs start where.
+
+    Pure: the caller (the simulator, the orchestrator's dispatcher) says what the fleet looks like
+    (``QPUView``-like: ``wait_s``, ``num_qubits``, ``online``) and enqueues what ``step`` commits.
+    """
+
+    preference: Any = "balanced"
+    commit_ahead_s: float = 0.0  # hand a job over when its QPU's queue clears within this
+    max_moves: int = 3
+    pin_after_s: float = 900.0
+    balance: float | None = None
+    pending: dict[str, PendingJob] = field(default_factory=dict)
+    decisions: list[tuple[int, str, float]] = field(default_factory=list)  # (jobs, path, seconds)
+    moves: int = 0
+    seed: int = 0
+
+    def add(
+        self,
+        job_id: str,
+        num_qubits: int,
+        fidelity: Sequence[float],
+        runtime: Sequence[float],
+        now: float,
+    ) -> None:
+        self.pending[job_id] = PendingJob(
+            job_id, int(num_qubits), np.asarray(fidelity, float), np.asarray(runtime, float), now
+        )
+
+    def update_estimates(self, qpu: int, fidelity: Mapping[str, float]) -> None:
+        """New fidelity estimates on one QPU (a calibration landed) for pending jobs."""
+        for job_id, value in fidelity.items():
+            if job_id in self.pending:
+                self.pending[job_id].fidelity[qpu] = value
+
+    def step(self, qpus: Sequence[Any], now: float) -> list[tuple[str, int]]:
+        """Re-plan every pending job against ``qpus`` and return (job id, QPU index) to start:
+        the oldest planned job of each QPU whose queue clears within ``commit_ahead_s``, as long
+        as it does."""
+        if not self.pending:
+            return []
+        order = sorted(self.pending.values(), key=lambda j: (j.arrived_s, j.job_id))
+        online = np.asarray([bool(getattr(v, "online", True)) for v in qpus])
+        columns = np.flatnonzero(online)
+        widths = np.asarray([v.num_qubits for v in qpus], dtype=int)
+        if not len(columns):
+            return []
+        fits = np.asarray([j.num_qubits <= widths[columns].max() for j in order])
+        jobs = [j for j, ok in zip(order, fits, strict=True) if ok]  # others wait for a QPU
+        if not jobs:
+            return []
+        wait = np.asarray([qpus[c].wait_s for c in columns], dtype=float)
+        runtime = np.stack([j.runtime[columns] for j in jobs])
+        fidelity = np.stack([j.fidelity[columns] for j in jobs])
+        problem = SchedulingProblem(
+            wait=wait,
+            qpu_qubits=widths[columns],
+            job_qubits=[j.num_qubits for j in jobs],
+            runtime=runtime,
+            fidelity=fidelity,
+            balance=self.balance,
+            load=np.asarray([getattr(qpus[c], "recent_busy_s", 0.0) for c in columns]) + wait,
+        )
+        where = {int(c): k for k, c in enumerate(columns)}
+        for i, job in enumerate(jobs):
+            if job.pinned and job.planned in where:
+                only = np.zeros(len(columns), dtype=bool)
+                only[where[job.planned]] = True
+                problem.feasible[i] = only & problem.feasible[i]
+        previous = np.asarray([where.get(j.planned, 0) for j in jobs])
+        decision = decide(problem, self.preference, previous=previous, seed=self.seed)
+        self.seed += 1
+        self.decisions.append((len(jobs), decision.path, decision.seconds))
+        for job, k in zip(jobs, decision.assignment, strict=True):
+            qpu = int(columns[k])
+            if job.planned >= 0 and job.planned != qpu:
+                job.moves += 1
+                self.moves += 1
+            job.planned = qpu
+            if job.moves >= self.max_moves or now - job.arrived_s >= self.pin_after_s:
+                job.pinned = True
+        starts: list[tuple[str, int]] = []
+        for k, c in enumerate(columns):
+            clears = wait[k]
+            for job in jobs:  # arrival order: FIFO per QPU
+                if job.planned != c or clears > self.commit_ahead_s + 1e-9:
+                    continue
+                starts.append((job.job_id, int(c)))
+                clears += job.runtime[c]
+        for job_id, _ in starts:
+            del self.pending[job_id]
+        return starts
+
+    def decision_seconds(self) -> np.ndarray:
+        return np.asarray([s for _, _, s in self.decisions], dtype=float)

@@ -1,0 +1,205 @@
+"""The online scheduler's pure core: decisions, late binding, re-planning, pins, and the simulator's
+online loop over a hand-made workload (no sockets, no processes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from kernel_server.scheduler.online import (
+    ONLINE_PRESETS,
+    OnlineScheduler,
+    decide,
+    exchange_rate_schedules,
+)
+from kernel_server.scheduler.problem import SchedulingProblem
+from kernel_server.simulation.cloud import Reservation, simulate
+from kernel_server.simulation.workload import SimQPU, Workload
+
+
+@dataclass
+class View:
+    name: str
+    num_qubits: int
+    wait_s: float
+    online: bool = True
+
+
+def one_job(wait_best: float) -> SchedulingProblem:
+    # QPU 0 is much better for the job; QPU 1 is free.
+    return SchedulingProblem(
+        wait=[wait_best, 0.0],
+        qpu_qubits=[27, 27],
+        job_qubits=[5],
+        runtime=[[3.0, 3.0]],
+        fidelity=[[0.90, 0.80]],
+    )
+
+
+def test_a_job_goes_past_a_busy_best_qpu_only_when_the_wait_outweighs_the_fidelity() -> None:
+    for preset in ONLINE_PRESETS:
+        assert decide(one_job(0.0), preset).assignment.tolist() == [0]
+        assert decide(one_job(600.0), preset).assignment.tolist() == [1]
+    # In between, the presets differ: 3 s of waiting for 0.10 fidelity is worth it to
+    # "fidelity" and "balanced", not to "jct".
+    assert decide(one_job(3.0), "jct").assignment.tolist() == [1]
+    assert decide(one_job(3.0), "balanced").assignment.tolist() == [0]
+    assert decide(one_job(3.0), "fidelity").assignment.tolist() == [0]
+
+
+def test_list_schedules_span_earliest_completion_to_best_fidelity() -> None:
+    rng = np.random.default_rng(3)
+    problem = SchedulingProblem(
+        wait=rng.uniform(0, 30, 6),
+        qpu_qubits=[127] * 6,
+        job_qubits=rng.integers(2, 20, 12),
+        runtime=rng.uniform(2, 10, (12, 6)),
+        fidelity=rng.uniform(0.6, 0.95, (12, 6)),
+    )
+    xs = exchange_rate_schedules(problem)
+    f = problem.evaluate(xs)
+    assert np.argmin(f[:, 0]) == 0  # rate 0: expected completion only
+    best = problem.fidelity.max(axis=1).mean()
+    assert 1.0 - f[-1, 1] == pytest.approx(best)  # the largest rate: every job's best QPU
+    decision = decide(problem, "balanced")
+    assert decision.path == "nsga2"  # 12 jobs: the list schedules seed NSGA-II
+    assert f[:, 0].min() <= decision.front[decision.chosen, 0]
+
+
+def test_late_binding_holds_a_job_until_its_qpu_frees_and_replans_it_meanwhile() -> None:
+    s = OnlineScheduler(preference="balanced")
+    s.add("a", 5, [0.90, 0.80], [3.0, 3.0], now=0.0)
+    # The best QPU is 2 s from free: worth waiting for, but not committed to its queue yet.
+    assert s.step([View("best", 27, 2.0), View("other", 27, 0.0)], now=0.0) == []
+    assert s.pending["a"].planned == 0
+    # Its running job overran: now 600 s to go. The plan moves; the job starts on the other QPU.
+    assert s.step([View("best", 27, 600.0), View("other", 27, 0.0)], now=1.0) == [("a", 1)]
+    assert s.moves == 1 and not s.pending
+
+
+def test_a_qpu_that_frees_takes_the_oldest_job_planned_on_it() -> None:
+    s = OnlineScheduler(preference="fidelity")
+    for k, t in enumerate((0.0, 0.5, 1.0)):
+        s.add(f"j{k}", 5, [0.95, 0.60], [3.0, 3.0], now=t)
+    fleet = [View("best", 27, 4.0), View("poor", 127, 0.0)]
+    assert s.step(fleet, now=1.0) == []  # all three wait for the best QPU
+    fleet[0].wait_s = 0.0
+    assert s.step(fleet, now=5.0) == [("j0", 0)]
+    assert s.step(fleet, now=5.0) == [("j1", 0)]  # FIFO per QPU
+
+
+def test_a_job_moved_too_often_is_pinned_and_starts() -> None:
+    s = OnlineScheduler(preference="balanced", max_moves=2)
+    s.add("a", 5, [0.90, 0.90], [3.0, 3.0], now=0.0)
+    waits = [(1.0, 0.5), (0.5, 1.0), (1.0, 0.5), (0.5, 1.0)]
+    planned = []
+    for t, (w0, w1) in enumerate(waits):
+        assert s.step([View("x", 27, w0 + 1), View("y", 27, w1 + 1)], now=float(t)) == []
+        planned.append(s.pending["a"].planned)
+    assert s.pending["a"].pinned and planned[-1] == planned[-2] == planned[1]
+    assert s.moves == 2
+    assert s.step([View("x", 27, 0.0), View("y", 27, 0.0)], now=9.0) == [("a", planned[-1])]
+
+
+def test_a_calibration_changes_the_plan_of_waiting_jobs() -> None:
+    s = OnlineScheduler(preference="fidelity")
+    s.add("a", 5, [0.95, 0.80], [3.0, 3.0], now=0.0)
+    fleet = [View("best", 27, 5.0), View("other", 27, 5.0)]
+    assert s.step(fleet, now=0.0) == [] and s.pending["a"].planned == 0
+    s.update_estimates(0, {"a": 0.5})  # the best QPU's calibration came out badly
+    assert s.step(fleet, now=1.0) == [] and s.pending["a"].planned == 1
+
+
+def test_offline_qpus_and_jobs_too_wide_for_the_online_ones_wait() -> None:
+    s = OnlineScheduler()
+    s.add("wide", 100, [0.0, 0.9], [1e9, 3.0], now=0.0)
+    s.add("small", 5, [0.9, 0.9], [3.0, 3.0], now=0.0)
+    fleet = [View("small", 27, 0.0), View("big", 127, 0.0, online=False)]
+    assert s.step(fleet, now=0.0) == [("small", 0)]
+    assert list(s.pending) == ["wide"]
+    fleet[1].online = True
+    assert s.step(fleet, now=1.0) == [("wide", 1)]
+
+
+def workload(n: int = 200, seed: int = 0) -> Workload:
+    """n jobs in 10 minutes on 3 QPUs; QPU 0 is the best."""
+    rng = np.random.default_rng(seed)
+    qpus = [SimQPU("best", 127, "Eagle"), SimQPU("good", 27, "Falcon"), SimQPU("ok", 27, "Falcon")]
+    fid = np.clip(np.array([0.92, 0.86, 0.83])[None, :] + rng.normal(0, 0.02, (n, 3)), 0, 1)
+    return Workload(
+        qpus=qpus,
+        arrival_s=np.sort(rng.uniform(0, 600, n)),
+        qubits=rng.integers(2, 20, n),
+        shots=np.full(n, 4000),
+        circuit=["c"] * n,
+        stack=["none"] * n,
+        fidelity=fid,
+        quantum_s=rng.uniform(2, 6, (n, 1)) * rng.uniform(0.8, 1.2, (n, 3)),
+        classical_s=np.zeros(n),
+    )
+
+
+def test_the_online_loop_completes_every_job_once_and_decides_fast() -> None:
+    w = workload()
+    a = simulate(w, "qonductor", seed=2, calibrations=[(200.0, 0)])
+    b = simulate(w, "qonductor", seed=2, calibrations=[(200.0, 0)])
+    assert np.array_equal(a.jct_s, b.jct_s) and a.qpu_of_job == b.qpu_of_job
+    m = a.metrics()
+    assert m["completed"] == w.num_jobs and m["cycles"] == 0 and m["decisions"] > 0
+    for spans in a.busy_intervals.values():
+        spans = sorted(spans)
+        assert all(s2[0] >= s1[1] - 1e-9 for s1, s2 in zip(spans, spans[1:], strict=False))
+    # Late binding: every job starts on the QPU it was committed to as it was handed over, so no
+    # job of ours ever waits in a QPU's queue behind work that was not there when it was placed.
+    assert (a.start_s - a.arrival_s >= 0).all()
+    assert m["median_decision_ms"] < 50
+
+
+def test_no_job_starves_under_a_stream_that_favours_others() -> None:
+    # One long-waiting job that only fits the busiest QPU, while short jobs keep arriving.
+    w = workload(n=300, seed=4)
+    w.qubits[0] = 100  # fits "best" only
+    run = simulate(w, "qonductor", preference="fidelity", seed=1)
+    assert np.isfinite(run.jct_s).all()
+    assert run.jct_s[0] < 300.0  # it started in order, not after the stream dried up
+
+
+def test_a_reserved_qpu_starts_nothing_in_its_window_online() -> None:
+    w = workload()
+    run = simulate(w, "qonductor", seed=1, reservations=[Reservation("best", 100.0, 400.0)])
+    assert run.metrics()["completed"] == w.num_jobs
+    assert not any(100.0 <= lo < 400.0 for lo, _ in run.busy_intervals["best"])
+
+
+def test_each_preset_meets_its_target_against_the_baselines_at_a_small_load() -> None:
+    w = workload(n=240, seed=5)
+    m = {
+        name: simulate(w, policy, preference, seed=1).metrics()
+        for name, policy, preference in [
+            ("jct", "qonductor", "jct"),
+            ("balanced", "qonductor", "balanced"),
+            ("fidelity", "qonductor", "fidelity"),
+            ("least-busy", "least-busy", "balanced"),
+            ("greedy-tolerance", "greedy-tolerance", "balanced"),
+            ("fan", "fan", "balanced"),
+            ("earliest-completion", "earliest-completion", "balanced"),
+            ("round-robin", "round-robin", "balanced"),
+        ]
+    }
+    lb = m["least-busy"]
+    assert m["jct"]["mean_jct_s"] <= lb["mean_jct_s"]
+    assert m["jct"]["mean_fidelity"] >= lb["mean_fidelity"]
+    b = m["balanced"]
+    assert b["mean_jct_s"] <= 1.5 * lb["mean_jct_s"]
+    assert b["mean_fidelity"] >= lb["mean_fidelity"] + 0.015
+    for name in ("least-busy", "greedy-tolerance", "fan", "earliest-completion", "round-robin"):
+        o = m[name]
+        dominated = (
+            o["mean_jct_s"] <= b["mean_jct_s"] and o["mean_fidelity"] >= b["mean_fidelity"]
+        ) and (o["mean_jct_s"] < b["mean_jct_s"] or o["mean_fidelity"] > b["mean_fidelity"])
+        assert not dominated, name
+    within = [v["mean_fidelity"] for v in m.values() if v["mean_jct_s"] <= 3 * lb["mean_jct_s"]]
+    assert m["fidelity"]["mean_jct_s"] <= 3 * lb["mean_jct_s"]
+    assert m["fidelity"]["mean_fidelity"] == max(within)
