@@ -60,7 +60,14 @@ def test_list_schedules_span_earliest_completion_to_best_fidelity() -> None:
     )
     xs = exchange_rate_schedules(problem)
     f = problem.evaluate(xs)
-    assert np.argmin(f[:, 0]) == 0  # rate 0: expected completion only
+    # Rate 0 is earliest expected completion, job by job: each job on the QPU where it finishes
+    # first given the jobs before it (greedy, so not always the schedule of least mean JCT).
+    free = problem.wait.astype(float).copy()
+    for i, q in enumerate(xs[0]):
+        finish = free + problem.runtime[i]
+        assert finish[q] == pytest.approx(finish.min())
+        free[q] = finish[q]
+    assert f[0, 0] <= np.median(f[:, 0])
     best = problem.fidelity.max(axis=1).mean()
     assert 1.0 - f[-1, 1] == pytest.approx(best)  # the largest rate: every job's best QPU
     decision = decide(problem, "balanced")
@@ -90,17 +97,27 @@ def test_a_qpu_that_frees_takes_the_oldest_job_planned_on_it() -> None:
     assert s.step(fleet, now=5.0) == [("j1", 0)]  # FIFO per QPU
 
 
-def test_a_job_moved_too_often_is_pinned_and_starts() -> None:
+def test_a_job_moved_too_often_is_pinned_and_bound_to_its_queue() -> None:
     s = OnlineScheduler(preference="balanced", max_moves=2)
     s.add("a", 5, [0.90, 0.90], [3.0, 3.0], now=0.0)
-    waits = [(1.0, 0.5), (0.5, 1.0), (1.0, 0.5), (0.5, 1.0)]
-    planned = []
-    for t, (w0, w1) in enumerate(waits):
-        assert s.step([View("x", 27, w0 + 1), View("y", 27, w1 + 1)], now=float(t)) == []
-        planned.append(s.pending["a"].planned)
-    assert s.pending["a"].pinned and planned[-1] == planned[-2] == planned[1]
-    assert s.moves == 2
-    assert s.step([View("x", 27, 0.0), View("y", 27, 0.0)], now=9.0) == [("a", planned[-1])]
+    # Equal fidelity: the plan follows the shorter queue, which swaps at every decision.
+    assert s.step([View("x", 27, 2.0), View("y", 27, 1.5)], now=0.0) == []
+    assert s.pending["a"].planned == 1
+    assert s.step([View("x", 27, 1.5), View("y", 27, 2.0)], now=1.0) == []
+    assert s.pending["a"].planned == 0 and s.moves == 1
+    # The second move pins it: it is bound to y's queue now, though y is still busy.
+    assert s.step([View("x", 27, 2.0), View("y", 27, 1.5)], now=2.0) == [("a", 1)]
+    assert s.moves == 2 and not s.pending
+
+
+def test_a_pinned_job_takes_the_older_jobs_of_its_qpu_with_it() -> None:
+    s = OnlineScheduler(preference="fidelity", pin_after_s=10.0, commit_ahead_s=0.0)
+    s.add("old", 5, [0.95, 0.60], [3.0, 3.0], now=0.0)
+    s.add("new", 5, [0.95, 0.60], [3.0, 3.0], now=1.0)
+    fleet = [View("best", 27, 5.0), View("poor", 27, 0.0)]
+    assert s.step(fleet, now=1.0) == []  # both wait for the best QPU
+    s.pending["old"].arrived_s, s.pending["new"].arrived_s = -21.0, -20.0  # waited 20 s and more
+    assert s.step(fleet, now=1.0) == [("old", 0), ("new", 0)]  # in arrival order
 
 
 def test_a_calibration_changes_the_plan_of_waiting_jobs() -> None:
@@ -174,9 +191,15 @@ def test_a_reserved_qpu_starts_nothing_in_its_window_online() -> None:
 
 
 def test_each_preset_meets_its_target_against_the_baselines_at_a_small_load() -> None:
-    w = workload(n=240, seed=5)
+    # simulate's own workload (circuit pool, mitigation stacks, calibrations), small: 1000 jobs/h
+    # for a quarter of an hour on 4 QPUs. benchmarks/scheduler.py checks the targets at 1500-6000.
+    from kernel_server.simulation.cli import build_parser, calibration_events, workload_and_background
+
+    args = build_parser().parse_args(["--jobs-per-hour", "1000", "--qpus", "4", "--hours", "0.25"])
+    w, _ = workload_and_background(args)
+    calibrations = calibration_events(4, 0.25, 24.0, 1)
     m = {
-        name: simulate(w, policy, preference, seed=1).metrics()
+        name: simulate(w, policy, preference, seed=1, calibrations=calibrations).metrics()
         for name, policy, preference in [
             ("jct", "qonductor", "jct"),
             ("balanced", "qonductor", "balanced"),
