@@ -193,7 +193,11 @@ def test_a_reserved_qpu_starts_nothing_in_its_window_online() -> None:
 def test_each_preset_meets_its_target_against_the_baselines_at_a_small_load() -> None:
     # simulate's own workload (circuit pool, mitigation stacks, calibrations), small: 1000 jobs/h
     # for a quarter of an hour on 4 QPUs. benchmarks/scheduler.py checks the targets at 1500-6000.
-    from kernel_server.simulation.cli import build_parser, calibration_events, workload_and_background
+    from kernel_server.simulation.cli import (
+        build_parser,
+        calibration_events,
+        workload_and_background,
+    )
 
     args = build_parser().parse_args(["--jobs-per-hour", "1000", "--qpus", "4", "--hours", "0.25"])
     w, _ = workload_and_background(args)
@@ -226,3 +230,101 @@ def test_each_preset_meets_its_target_against_the_baselines_at_a_small_load() ->
     within = [v["mean_fidelity"] for v in m.values() if v["mean_jct_s"] <= 3 * lb["mean_jct_s"]]
     assert m["fidelity"]["mean_jct_s"] <= 3 * lb["mean_jct_s"]
     assert m["fidelity"]["mean_fidelity"] == max(within)
+
+
+def test_the_dispatcher_sends_a_notebook_job_past_a_busy_best_qpu_and_to_it_once_free() -> None:
+    import asyncio
+
+    from kernel_server.fleet import QueuedJob, SimulatedQPU, qpu_runner
+    from kernel_server.jobs import JobRecord
+    from kernel_server.scheduler.cycle import QPUView
+    from kernel_server.scheduler.dispatch import OnlineDispatcher
+
+    best = SimulatedQPU("fake_best", {"num_qubits": 27, "family": "Heron"})
+    other = SimulatedQPU("fake_other", {"num_qubits": 27, "family": "Eagle"})
+    fleet = (best, other)
+    estimates = {"fake_best": (0.95, 2.0), "fake_other": (0.90, 2.0)}
+
+    def views() -> list[QPUView]:
+        return [
+            QPUView(q.name, q.num_qubits, q.expected_wait_s(), q.queue_length(), q.online)
+            for q in fleet
+        ]
+
+    async def scenario() -> tuple[str, float, str]:
+        loop = asyncio.get_running_loop()
+
+        async def execute(*args):  # only other users' jobs are queued here
+            raise AssertionError("no job of ours was queued")
+
+        runner = asyncio.ensure_future(qpu_runner(best, execute, lambda job: None))
+        # Other users' load: eight 0.25 s jobs queued on the best QPU, whose recent jobs took
+        # 10 s each (what its wait estimate goes by): about 80 s to wait there.
+        best.ema_run_s = 10.0
+        for k in range(8):
+            job = JobRecord(f"bg{k}", workflow_id="", kind="background", qpu=best.name)
+            best.queue.put_nowait(
+                QueuedJob(job, b"", 0, None, loop.create_future(), background_s=0.25)
+            )
+        wait_seen = best.expected_wait_s()
+        dispatcher = OnlineDispatcher(views, estimating=lambda: 0)
+        busy = await dispatcher.place("mine-1", 5, estimates, "balanced")
+        while best.queue.qsize() or best.running:  # the other users' jobs run and leave
+            await asyncio.sleep(0.05)
+        free = await dispatcher.place("mine-2", 5, estimates, "balanced")
+        runner.cancel()
+        return busy, wait_seen, free
+
+    busy, wait_seen, free = asyncio.run(scenario())
+    assert wait_seen >= 70.0
+    assert busy == "fake_other"  # 80 s of waiting outweighs 0.05 of fidelity
+    assert free == "fake_best"  # free again: the better QPU
+
+
+def test_the_dispatcher_holds_a_job_for_busy_queues_and_replans_it_when_one_clears() -> None:
+    import asyncio
+
+    from kernel_server.fleet import QueuedJob, SimulatedQPU
+    from kernel_server.jobs import JobRecord
+    from kernel_server.scheduler.cycle import QPUView
+    from kernel_server.scheduler.dispatch import OnlineDispatcher
+
+    best = SimulatedQPU("fake_best", {"num_qubits": 27, "family": "Heron"})
+    other = SimulatedQPU("fake_other", {"num_qubits": 27, "family": "Eagle"})
+    fleet = (best, other)
+
+    def views() -> list[QPUView]:
+        return [
+            QPUView(q.name, q.num_qubits, q.expected_wait_s(), q.queue_length(), q.online)
+            for q in fleet
+        ]
+
+    async def scenario() -> tuple[list[str], str]:
+        loop = asyncio.get_running_loop()
+        for qpu in fleet:  # both shared QPUs have 70 s of other users' work queued
+            qpu.ema_run_s = 10.0
+            for k in range(7):
+                job = JobRecord(f"bg-{qpu.name}-{k}", workflow_id="", kind="background")
+                qpu.queue.put_nowait(
+                    QueuedJob(job, b"", 0, None, loop.create_future(), background_s=0.0)
+                )
+        dispatcher = OnlineDispatcher(views, estimating=lambda: 0)
+        placing = asyncio.ensure_future(
+            dispatcher.place(
+                "mine", 5, {"fake_best": (0.95, 2.0), "fake_other": (0.90, 2.0)}, "balanced"
+            )
+        )
+        await asyncio.sleep(0.3)
+        held = (
+            [dispatcher.schedulers[repr("balanced")].pending["mine"].planned]
+            if not placing.done()
+            else []
+        )
+        while other.queue.qsize():  # the other QPU's queue clears (its users' jobs ran)
+            other.queue.get_nowait()
+        dispatcher.kick()
+        return [views()[i].name for i in held], await asyncio.wait_for(placing, 5.0)
+
+    held, placed = asyncio.run(scenario())
+    assert held == ["fake_best"]  # planned on the better QPU, not yet in its 70 s queue
+    assert placed == "fake_other"  # re-planned when the other queue cleared: not stuck behind 70 s

@@ -138,4 +138,3 @@ class OnlineDispatcher:
                         future.set_result(views[column].name)
         if any(s.pending for s in self.schedulers.values()):
             self._later(POLL_S)
-

@@ -125,7 +125,9 @@ def parse_tolerance(text: str) -> tuple[float, float]:
         seconds, _, share = text.partition("+")
         return float(seconds.removesuffix("s")), float(share.removesuffix("%") or 0) / 100
     except ValueError:
-        raise ValueError(f"greedy-tolerance takes SECONDSs+PERCENT%, e.g. 2s+20%, not {text!r}")
+        raise ValueError(
+            f"greedy-tolerance takes SECONDSs+PERCENT%, e.g. 2s+20%, not {text!r}"
+        ) from None
 
 
 def greedy_tolerance(

@@ -189,7 +189,9 @@ class SimulationResult:
             "p95_decision_ms": float(np.percentile(self.decision_s, 95) * 1000)
             if len(self.decision_s)
             else 0.0,
-            "mean_decision_jobs": float(self.decision_jobs.mean()) if len(self.decision_jobs) else 0.0,
+            "mean_decision_jobs": float(self.decision_jobs.mean())
+            if len(self.decision_jobs)
+            else 0.0,
             "our_load_s": {k: round(v, 1) for k, v in self.our_busy_s.items()},
             "wall_seconds": self.wall_s,
         }
