@@ -40,3 +40,38 @@ def orchestrator_in(home, **start):
             yield info
         finally:
             client_module.stop_server()
+
+
+def three_qpu_workload(
+    n: int,
+    seed: int,
+    fidelity_means: tuple[float, float, float],
+    fidelity_noise: float,
+    runtime_s: tuple[float, float],
+    runtime_spread: float = 0.0,
+):
+    """n jobs in 10 minutes on 3 QPUs ("best", "good", "ok"): QPU 0 is the best and everyone's
+    favourite. Runtimes are uniform in ``runtime_s`` per job, times a per-QPU factor within
+    ``runtime_spread`` of 1 (0: the same on every QPU)."""
+    import numpy as np
+
+    from kernel_server.simulation.workload import SimQPU, Workload
+
+    rng = np.random.default_rng(seed)
+    qpus = [SimQPU("best", 127, "Eagle"), SimQPU("good", 27, "Falcon"), SimQPU("ok", 27, "Falcon")]
+    fid = np.array(fidelity_means)[None, :] + rng.normal(0, fidelity_noise, (n, 3))
+    arrival_s = np.sort(rng.uniform(0, 600, n))
+    qubits = rng.integers(2, 20, n)
+    base = rng.uniform(*runtime_s, (n, 1))
+    spread = rng.uniform(1 - runtime_spread, 1 + runtime_spread, (n, 3)) if runtime_spread else 1.0
+    return Workload(
+        qpus=qpus,
+        arrival_s=arrival_s,
+        qubits=qubits,
+        shots=np.full(n, 4000),
+        circuit=["c"] * n,
+        stack=["none"] * n,
+        fidelity=np.clip(fid, 0, 1),
+        quantum_s=base * spread * np.ones((1, 3)),
+        classical_s=np.zeros(n),
+    )

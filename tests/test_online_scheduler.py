@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from helpers import three_qpu_workload
 
 from kernel_server.scheduler.online import (
     ONLINE_PRESETS,
@@ -16,7 +17,7 @@ from kernel_server.scheduler.online import (
 )
 from kernel_server.scheduler.problem import SchedulingProblem
 from kernel_server.simulation.cloud import Reservation, simulate
-from kernel_server.simulation.workload import SimQPU, Workload
+from kernel_server.simulation.workload import Workload
 
 
 @dataclass
@@ -141,20 +142,9 @@ def test_offline_qpus_and_jobs_too_wide_for_the_online_ones_wait() -> None:
 
 
 def workload(n: int = 200, seed: int = 0) -> Workload:
-    """n jobs in 10 minutes on 3 QPUs; QPU 0 is the best."""
-    rng = np.random.default_rng(seed)
-    qpus = [SimQPU("best", 127, "Eagle"), SimQPU("good", 27, "Falcon"), SimQPU("ok", 27, "Falcon")]
-    fid = np.clip(np.array([0.92, 0.86, 0.83])[None, :] + rng.normal(0, 0.02, (n, 3)), 0, 1)
-    return Workload(
-        qpus=qpus,
-        arrival_s=np.sort(rng.uniform(0, 600, n)),
-        qubits=rng.integers(2, 20, n),
-        shots=np.full(n, 4000),
-        circuit=["c"] * n,
-        stack=["none"] * n,
-        fidelity=fid,
-        quantum_s=rng.uniform(2, 6, (n, 1)) * rng.uniform(0.8, 1.2, (n, 3)),
-        classical_s=np.zeros(n),
+    """n jobs in 10 minutes on 3 QPUs; QPU 0 is the best; runtimes differ by QPU within 20%."""
+    return three_qpu_workload(
+        n, seed, (0.92, 0.86, 0.83), 0.02, runtime_s=(2, 6), runtime_spread=0.2
     )
 
 

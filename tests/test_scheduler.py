@@ -213,12 +213,12 @@ def test_dispatcher_gathers_concurrent_jobs_into_one_cycle_and_places_a_lone_job
     import asyncio
     import time
 
-    from kernel_server.scheduler.dispatch import OnlineDispatcher as CycleDispatcher
+    from kernel_server.scheduler.dispatch import OnlineDispatcher
 
     fleet = [QPUView("good", 27, wait_s=0.0), QPUView("busy", 127, wait_s=500.0)]
 
     async def scenario() -> tuple[list[str], float, int]:
-        dispatcher = CycleDispatcher(lambda: fleet)
+        dispatcher = OnlineDispatcher(lambda: fleet)
         estimates = {"good": (0.9, 5.0), "busy": (0.95, 5.0)}
         names = await asyncio.gather(
             *[dispatcher.place(f"j{i}", 3, estimates, "jct") for i in range(3)]
@@ -239,7 +239,7 @@ def test_dispatcher_gathers_concurrent_jobs_into_one_cycle_and_places_a_lone_job
 def test_a_balancing_dispatcher_spreads_a_shared_fleet() -> None:
     import asyncio
 
-    from kernel_server.scheduler.dispatch import OnlineDispatcher as CycleDispatcher
+    from kernel_server.scheduler.dispatch import OnlineDispatcher
 
     # "best" ran 10 minutes of work in the last hour, "other" none; both queues are empty. Four
     # 5 s jobs all on "best" cost 5 s of mean JCT: within the fidelity preset's margin.
@@ -250,7 +250,7 @@ def test_a_balancing_dispatcher_spreads_a_shared_fleet() -> None:
     estimates = {"best": (0.95, 5.0), "other": (0.85, 5.0)}
 
     async def scenario(balance: float | None) -> list[str]:
-        dispatcher = CycleDispatcher(lambda: fleet, balance=balance)
+        dispatcher = OnlineDispatcher(lambda: fleet, balance=balance)
         return await asyncio.gather(
             *[dispatcher.place(f"j{i}", 3, estimates, "fidelity") for i in range(4)]
         )

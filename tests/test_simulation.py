@@ -6,29 +6,17 @@ import json
 
 import numpy as np
 import pytest
+from helpers import three_qpu_workload
 
 from kernel_server.scheduler.cycle import Triggers
 from kernel_server.simulation.background import background_jobs, synthetic_rates
 from kernel_server.simulation.cloud import Reservation, simulate
-from kernel_server.simulation.workload import SimQPU, Workload
+from kernel_server.simulation.workload import Workload
 
 
 def workload(n: int = 120, seed: int = 0) -> Workload:
     """n jobs in 10 minutes on 3 QPUs; QPU 0 is the best and everyone's favourite."""
-    rng = np.random.default_rng(seed)
-    qpus = [SimQPU("best", 127, "Eagle"), SimQPU("good", 27, "Falcon"), SimQPU("ok", 27, "Falcon")]
-    fid = np.clip(np.array([0.92, 0.85, 0.83])[None, :] + rng.normal(0, 0.01, (n, 3)), 0, 1)
-    return Workload(
-        qpus=qpus,
-        arrival_s=np.sort(rng.uniform(0, 600, n)),
-        qubits=rng.integers(2, 20, n),
-        shots=np.full(n, 4000),
-        circuit=["c"] * n,
-        stack=["none"] * n,
-        fidelity=fid,
-        quantum_s=rng.uniform(8, 12, (n, 1)) * np.ones((1, 3)),
-        classical_s=np.zeros(n),
-    )
+    return three_qpu_workload(n, seed, (0.92, 0.85, 0.83), 0.01, runtime_s=(8, 12))
 
 
 FAST = Triggers(queue_size=20, interval_s=30.0)

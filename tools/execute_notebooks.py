@@ -34,7 +34,10 @@ def main(names: list[str]) -> int:
         for path in paths:
             nb = nbformat.read(path, as_version=4)
             NotebookClient(
-                nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(folder)}}
+                nb,
+                timeout=600,
+                kernel_name="python3",
+                resources={"metadata": {"path": str(folder)}},
             ).execute()
             nbformat.write(nb, path)
             print(f"executed {path.name}")
