@@ -17,6 +17,7 @@ from typing import Any
 import cloudpickle
 
 from kernel_server import protocol as P
+from kernel_server.dataflow import DELETED
 
 from .client import get_client
 from .errors import (
@@ -250,7 +251,11 @@ def workflow_results(
     reply = wait(workflow_id, timeout)
     if not partial:
         _raise_for(reply)
-    return {name: cloudpickle.loads(blob) for name, blob in (reply.outputs or {}).items()}
+    return {
+        name: cloudpickle.loads(blob)
+        for name, blob in (reply.outputs or {}).items()
+        if blob != DELETED  # ``del name`` ran in the cell: like Python, the name is gone
+    }
 
 
 def cancel(workflow_id: str) -> dict[str, Any]:
