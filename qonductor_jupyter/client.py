@@ -242,7 +242,20 @@ class Client:
         self._sock.connect(info.router)
 
     def _recover(self) -> None:
-        """The orchestrator did not answer: reconnect to a live one or start a new one."""
+        """The orchestrator did not answer: reconnect to a live one or start a new one.
+
+        A shared user's client (its connection file names a user) only ever reconnects with
+        that file: falling back to this machine's owner connection file would carry on with
+        the owner's authority.
+        """
+        if self._info is not None and self._info.user:
+            if ping(self._info, 2.0) is None:
+                raise OrchestratorUnavailable(
+                    f"the shared orchestrator at {self._info.router} is not answering "
+                    f"user {self._info.user!r}"
+                )
+            self._set_info(self._info)
+            return
         info = read_connection()
         if info is not None and pid_alive(info.pid) and ping(info, 2.0) is not None:
             self._set_info(info)
@@ -315,7 +328,7 @@ class Subscription:
     ):
         self._info = info
         self._callback = callback
-        self._topic = f"wf.{workflow_id}".encode() if workflow_id else b"wf."
+        self._workflow_id = workflow_id
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="qonductor-events")
@@ -325,10 +338,12 @@ class Subscription:
     def _run(self) -> None:
         sock = zmq.Context.instance().socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SUBSCRIBE, self._topic)
+        # Events are sealed with their owner's key, on a topic derived from it: this key
+        # subscribes to its own events only, and could open no one else's.
+        sealer = P.EventSealer(self._info.key.encode())
+        sock.setsockopt(zmq.SUBSCRIBE, sealer.topic)
         apply_client_keys(sock, self._info)
         sock.connect(self._info.pub)
-        signer = self._info.signer()
         self._ready.set()
         try:
             while not self._stop.is_set():
@@ -336,10 +351,12 @@ class Subscription:
                     continue
                 frames = sock.recv_multipart()
                 try:
-                    env = P.decode(frames[1:], signer)
+                    env = sealer.open(frames)
                 except P.ProtocolError:
                     continue
-                if isinstance(env.message, P.Event):
+                if isinstance(env.message, P.Event) and (
+                    not self._workflow_id or env.message.workflow_id == self._workflow_id
+                ):
                     try:
                         self._callback(env.message)
                     except Exception:  # a display callback must not kill the subscription
