@@ -12,6 +12,7 @@ from typing import Any
 from . import protocol
 from .app import Orchestrator
 from .fleet_config import FleetConfigError, load_fleet_spec
+from .workers.sandbox import wipe_initial_environment
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     if cluster:
         kwargs["cluster"] = cluster
     orchestrator = Orchestrator(protocol.qonductor_home(), fleet, **kwargs)
+    # Other processes of this account can read the block the process started with
+    # (/proc/<pid>/environ) whatever the sandbox: leave nothing in it (an IBM token, say).
+    wipe_initial_environment()
     asyncio.run(orchestrator.serve())
     return 0
 

@@ -36,11 +36,14 @@ from .scheduler.classical import NoFeasibleNode
 from .scheduler.placement import DEFAULT_PLACEMENT
 from .store import Store
 from .workers import classical, qpu
+from .workers.circuit_identity import read_circuits
 
 log = logging.getLogger("kernel_server")
 
 # Who signed the request being handled ("" is the orchestrator's own key: full rights).
 CURRENT_USER: contextvars.ContextVar[str] = contextvars.ContextVar("qonductor_user", default="")
+# Whose key signs the replies to it: the user's, or the capability's the request was signed with.
+CURRENT_SIGNER: contextvars.ContextVar[str] = contextvars.ContextVar("qonductor_signer", default="")
 
 # How long past a step's timeout the orchestrator waits for the worker's own report of it.
 STEP_TIMEOUT_GRACE_S = 10.0
@@ -80,6 +83,8 @@ class Orchestrator:
         # IBM Quantum QPUs (real, or fake backends in local testing mode) beside the simulated.
         self.ibm = IBMLink(self.fleet_spec.ibm) if self.fleet_spec.ibm else None
         self._ibm_threads = ThreadPoolExecutor(4, thread_name_prefix="qonductor-ibm")
+        # Reading circuits (QPY) off quantum calls: short, but not in the event loop.
+        self._io_threads = ThreadPoolExecutor(2, thread_name_prefix="qonductor-io")
         self._runners: dict[str, asyncio.Task] = {}
         self.manager = JobManager(
             self.store,
@@ -137,8 +142,11 @@ class Orchestrator:
         self.signer = P.Signer(key.encode())
         # Users of a shared orchestrator each sign with their own key (users.json).
         self.keyring = P.KeyRing(self.signer, self.home / "users.json")
+        self.manager.on_final = self.keyring.revoke  # a workflow's capability ends with it
         self._owners: dict[str, str] = {}
-        await self.compute.start(self.router_endpoint, key)
+        self._sealers: dict[bytes, P.EventSealer] = {}
+        # Step processes get the router's address only: each step brings its own capability.
+        await self.compute.start(self.router_endpoint, self.home)
         self.conn = P.ConnectionInfo(
             router=self.router_endpoint,
             pub=f"tcp://{host}:{pub_port}",
@@ -173,7 +181,11 @@ class Orchestrator:
         self.authenticator = AsyncioAuthenticator(self.ctx)
         self.authenticator.start()
         self.allow_list = AllowList(self.home)
-        self.authenticator.configure_curve_callback("*", credentials_provider=self.allow_list)
+        # The callback is looked up by the sockets' ZAP domain: under "*" it would never be asked
+        # and every CURVE client would be refused.
+        self.authenticator.configure_curve_callback(
+            ZAP_DOMAIN.decode(), credentials_provider=self.allow_list
+        )
         endpoints = {}
         for name, sock in (("public_router", self.router), ("public_pub", self.pub)):
             sock.curve_server = True
@@ -235,6 +247,7 @@ class Orchestrator:
         if self.ibm is not None and self.ibm.devices:
             self._spawn(self._watch_ibm())
         self.fleet_ready.set()
+        self.loop.run_in_executor(self._io_threads, _import_qiskit)  # read_circuits needs it
         # Warm every worker so that the first job does not pay for imports and device loading.
         self.compute.warm_up(list(self.qpus))
         self.manager.recover()
@@ -252,15 +265,32 @@ class Orchestrator:
         try:
             env = P.decode(frames, self.keyring, self.limits.max_payload_bytes)
             self.replay_guard.check(env)
+        except P.InvalidMessage as exc:
+            # Signed by someone we know, but a field has the wrong type or is out of range:
+            # tell them which, run nothing.
+            self._drop(exc.reason)
+            if exc.envelope is not None:
+                try:
+                    self.replay_guard.check(exc.envelope)
+                except P.ProtocolError:
+                    return
+                reply = P.ErrorReply(type="InvalidMessage", message=str(exc))
+                await self._reply(
+                    identity, exc.envelope.request_id, reply, self._signer_name(exc.envelope)
+                )
+            return
         except P.ProtocolError as exc:
             self._drop(exc.reason)
             log.warning("dropped a message: %s", exc)
             return
         handler = self.handlers.get(env.message.op)
         CURRENT_USER.set(env.user)  # this request's task only (each _handle is its own task)
+        CURRENT_SIGNER.set(self._signer_name(env))
         try:
             if handler is None:
                 raise UserError(f"operation {env.message.op!r} is not a request")
+            if env.scope is not None:
+                self._check_capability(env)
             reply = await handler(env.message, identity, env.request_id)
         except asyncio.CancelledError:
             raise
@@ -269,7 +299,28 @@ class Orchestrator:
                 log.exception("handler %s failed", env.message.op)
             reply = P.ErrorReply(type=type(exc).__name__, message=str(exc))
         if reply is not None:
-            await self._reply(identity, env.request_id, reply, env.user)
+            await self._reply(identity, env.request_id, reply, self._signer_name(env))
+
+    @staticmethod
+    def _signer_name(env: P.Envelope) -> str:
+        """Whose key signs the reply: the capability the request came with, else its user."""
+        return env.user if env.scope is None else env.capability
+
+    def _check_capability(self, env: P.Envelope) -> None:
+        """A workflow's capability signs that workflow's quantum calls while it runs: nothing
+        else (no listing, no status, no cancel, not another workflow)."""
+        message = env.message
+        run = self.manager.runs.get(env.scope or "")
+        if (
+            not isinstance(message, P.Sample)
+            or message.workflow_id != env.scope
+            or run is None
+            or run.state.final
+        ):
+            raise UserError(
+                f"a step's capability only runs quantum calls of its own workflow while it runs; "
+                f"{message.op!r} is not one"
+            )
 
     def _drop(self, reason: str) -> None:
         """Count a message we refused; it is never executed."""
@@ -306,11 +357,17 @@ class Orchestrator:
             ts=time.time(),
         )
         self.store.add_event(ev.ts, ev.workflow_id, ev.job_id, ev.kind, ev.state, detail)
-        # Signed with the owner's key: only the workflow's owner (and the orchestrator's) can read.
-        frames = P.encode(ev, self.keyring.signer_for(self._owner_of(job.workflow_id)))
-        self._spawn(self.pub.send_multipart([ev.topic, *frames]))
+        # Sealed with its owner's key: nobody else subscribed to the socket can read it.
+        key = self.keyring.user_key(self._owner_of(job.workflow_id))
+        sealer = self._sealers.get(key)
+        if sealer is None:
+            sealer = self._sealers[key] = P.EventSealer(key)
+        self._spawn(self.pub.send_multipart(sealer.seal(ev)))
 
     async def _run_step(self, spec: classical.StepSpec) -> classical.StepOutcome:
+        # The step runs with its owner's processes and its workflow's capability, nothing more.
+        spec.owner = self._owner_of(spec.workflow_id)
+        spec.capability = self.keyring.issue(spec.workflow_id, spec.owner)
         options = self.manager.options.get(spec.workflow_id, {})
         request = classical_request(options.get("classical"))
         spec.timeout_s = min(
@@ -394,17 +451,20 @@ class Orchestrator:
         return P.Ok(data={"pid": os.getpid()})
 
     async def h_create(self, msg: P.CreateWorkflow, identity: bytes, rid: str) -> P.Message:
-        image = self.registry.create(msg.source, msg.graph, msg.config, msg.name, msg.bound)
+        image = self.registry.create(
+            msg.source, msg.graph, msg.config, msg.name, msg.bound, CURRENT_USER.get()
+        )
         return P.Ok(data={"image_id": image.id, "name": image.name})
 
     async def h_deploy(self, msg: P.Deploy, identity: bytes, rid: str) -> P.Message:
-        image = self.registry.deploy(msg.image_id, msg.config)
+        image = self.registry.deploy(msg.image_id, msg.config, CURRENT_USER.get())
         await self.fleet_ready.wait()
         self.manager.eligible_qpus(image.deployed or {}, 0)  # refuse configs no QPU satisfies
         return P.Ok(data={"image_id": image.id, "config": image.deployed})
 
     async def h_images(self, msg: P.ListImages, identity: bytes, rid: str) -> P.Message:
-        return P.Ok(data={"images": [i.summary() for i in self.registry.list()]})
+        owner = CURRENT_USER.get() or None  # the orchestrator's own key sees every image
+        return P.Ok(data={"images": [i.summary() for i in self.registry.list(owner)]})
 
     async def h_workflows(self, msg: P.ListWorkflows, identity: bytes, rid: str) -> P.Message:
         owner = CURRENT_USER.get() or None  # the orchestrator's own key sees every workflow
@@ -423,7 +483,7 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ workflows
     async def h_invoke(self, msg: P.Invoke, identity: bytes, rid: str) -> P.Message:
-        image = self.registry.get(msg.image_id)
+        image = self.registry.get(msg.image_id, CURRENT_USER.get())
         if image.deployed is None:
             raise UserError(f"image {image.id} is not deployed; call deploy({image.id!r}) first")
         options = validate_config({**image.deployed, **msg.options})
@@ -476,6 +536,10 @@ class Orchestrator:
     async def h_sample(self, msg: P.Sample, identity: bytes, rid: str) -> P.Message | None:
         self._check_owner(msg.workflow_id)
         limits = self.limits
+        # Width and fingerprint come from the circuits themselves, never from the request.
+        msg.num_qubits, msg.fingerprint = await self.loop.run_in_executor(
+            self._io_threads, read_circuits, msg.circuits
+        )
         if msg.num_qubits > limits.max_qubits:
             raise UserError(
                 f"a circuit of {msg.num_qubits} qubits exceeds this orchestrator's limit of "
@@ -486,5 +550,9 @@ class Orchestrator:
                 f"{msg.shots} shots exceed this orchestrator's limit of {limits.max_shots} "
                 "(limits.max_shots in its fleet file)"
             )
-        self.manager.submit_sample(msg, identity, rid)
+        self.manager.submit_sample(msg, identity, rid, CURRENT_SIGNER.get())
         return None  # the reply comes when the QPU job is done
+
+
+def _import_qiskit() -> None:
+    import qiskit.qpy  # noqa: F401

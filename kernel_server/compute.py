@@ -21,12 +21,14 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Any
 
 from .scheduler.classical import ClassicalCluster, NoFeasibleNode, schedule_classical
 from .scheduler.classical_nodes import ClassicalNode, ClassicalRequest, NodeUsage, local_node
 from .workers import classical
 from .workers.lifeline import start_lifeline
+from .workers.sandbox import Sandbox
 
 log = logging.getLogger("kernel_server.compute")
 
@@ -41,24 +43,37 @@ class LocalCompute:
         self.qpu_workers = qpu_workers
         self.cluster = ClassicalCluster([])
 
-    async def start(self, router_endpoint: str, key: str) -> None:
+    async def start(self, router_endpoint: str, home: Path | None = None) -> None:
+        """Start the pools. ``home``: the orchestrator's folder, which a shared orchestrator's
+        users' step processes must not reach (their scratch folders are made under it)."""
         self.loop = asyncio.get_running_loop()
-        self._link = (router_endpoint, key)
+        self._router = router_endpoint
+        self._home = Path(home) if home is not None else None
         self.step_pool = self._new_step_pool()
         self.qpu_pool = self._new_qpu_pool()
+        # A shared orchestrator's users' steps: a pool each, confined (workers/sandbox.py).
+        self.user_pools: dict[str, ProcessPoolExecutor] = {}
         self.cluster = ClassicalCluster([local_node()])
         self.pool_rebuilds = 0
 
     # Both pools' workers get this process's pid for their lifeline: read in the worker, after
     # its slow imports, the parent may already be init (workers/lifeline.py).
-    def _new_step_pool(self) -> ProcessPoolExecutor:
+    def _new_step_pool(self, user: str = "") -> ProcessPoolExecutor:
         spawn = multiprocessing.get_context("spawn")  # never fork a process holding zmq sockets
         return ProcessPoolExecutor(
             self.step_workers,
             mp_context=spawn,
             initializer=classical.init_worker,
-            initargs=(*self._link, os.getpid()),
+            initargs=(self._router, os.getpid(), self._sandbox(user) if user else None),
         )
+
+    def _sandbox(self, user: str) -> Sandbox:
+        from .protocol import connection_file_path, runtime_dir
+
+        if self._home is None:
+            raise RuntimeError("a user's steps need the orchestrator's home to be confined")
+        forbidden = [self._home, runtime_dir(), connection_file_path().parent]
+        return Sandbox.for_user(user, self._home / "scratch" / user, forbidden)
 
     def _new_qpu_pool(self) -> ProcessPoolExecutor:
         spawn = multiprocessing.get_context("spawn")
@@ -69,20 +84,39 @@ class LocalCompute:
             initargs=(os.getpid(),),
         )
 
+    def _pool(self, which: str) -> ProcessPoolExecutor:
+        """ "qpu", "step" (the owner's steps) or "step:<user>" (created on first use)."""
+        if which == "qpu":
+            return self.qpu_pool
+        if which == "step":
+            return self.step_pool
+        user = which.split(":", 1)[1]
+        pool = self.user_pools.get(user)
+        if pool is None:
+            pool = self.user_pools[user] = self._new_step_pool(user)
+        return pool
+
+    def _replace_pool(self, which: str) -> None:
+        if which == "qpu":
+            self.qpu_pool = self._new_qpu_pool()
+        elif which == "step":
+            self.step_pool = self._new_step_pool()
+        else:
+            self.user_pools.pop(which.split(":", 1)[1], None)  # made afresh on next use
+
     async def _in_pool(self, which: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run on a pool; if one of its processes died (killed, out of memory), every task it
         held fails with BrokenProcessPool: start a fresh pool and run the task once more."""
-        pool = getattr(self, which)
+        pool = self._pool(which)
         try:
             return await self.loop.run_in_executor(pool, fn, *args)
         except BrokenProcessPool:
-            if getattr(self, which) is pool:  # the first task to notice replaces the pool
+            if self._pool(which) is pool:  # the first task to notice replaces the pool
                 log.warning("a %s process died; starting a fresh pool", which)
                 pool.shutdown(wait=False, cancel_futures=True)
-                setattr(self, which, self._new_step_pool() if which == "step_pool" else
-                        self._new_qpu_pool())  # fmt: skip
+                self._replace_pool(which)
                 self.pool_rebuilds += 1
-            return await self.loop.run_in_executor(getattr(self, which), fn, *args)
+            return await self.loop.run_in_executor(self._pool(which), fn, *args)
 
     def nodes(self) -> list[ClassicalNode]:
         return self.cluster.nodes
@@ -117,15 +151,17 @@ class LocalCompute:
             pass
 
     async def run_step(self, spec: classical.StepSpec, node: ClassicalNode) -> Any:
-        return await self._in_pool("step_pool", classical.run_step, spec)
+        # Each user's steps in processes of their own: never one that ran someone else's code.
+        which = f"step:{spec.owner}" if spec.owner else "step"
+        return await self._in_pool(which, classical.run_step, spec)
 
     async def plan(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Estimates, plans, the device catalogue: always local (they share its caches)."""
-        return await self._in_pool("qpu_pool", fn, *args)
+        return await self._in_pool("qpu", fn, *args)
 
     async def simulate(self, fn: Callable[..., Any], *args: Any) -> Any:
         """A QPU job's noisy execution on a simulated device."""
-        return await self._in_pool("qpu_pool", fn, *args)
+        return await self._in_pool("qpu", fn, *args)
 
     def warm_up(self, devices: list[str]) -> None:
         from .workers import qpu
@@ -139,7 +175,7 @@ class LocalCompute:
         return {"backend": self.name, "nodes": self.cluster.snapshot()}
 
     async def close(self) -> None:
-        for pool in (self.step_pool, self.qpu_pool):
+        for pool in (self.step_pool, self.qpu_pool, *self.user_pools.values()):
             # A step may be stuck in user code; do not wait for it, end the workers.
             workers = list((getattr(pool, "_processes", None) or {}).values())
             pool.shutdown(wait=False, cancel_futures=True)
@@ -147,16 +183,17 @@ class LocalCompute:
                 proc.terminate()
 
 
-def _orchestrator_link_plugin(router_endpoint: str, key: str) -> Any:
+def _orchestrator_link_plugin(router_endpoint: str) -> Any:
     """A Dask worker plugin that points every worker's ``sample()`` calls at this orchestrator
-    (also workers that join or restart later)."""
+    (also workers that join or restart later). It carries no key: each task brings the
+    capability of its own workflow (StepSpec.capability)."""
     from distributed import WorkerPlugin
 
     class OrchestratorLink(WorkerPlugin):
         name = "qonductor-orchestrator-link"
 
         def setup(self, worker: Any) -> None:
-            classical.configure_link(router_endpoint, key)
+            classical.configure_link(router_endpoint)
 
     return OrchestratorLink()
 
@@ -201,10 +238,10 @@ class DaskCompute(LocalCompute):
         self.address = address
         self._known_workers: tuple[str, ...] = ()
 
-    async def start(self, router_endpoint: str, key: str) -> None:
+    async def start(self, router_endpoint: str, home: Path | None = None) -> None:
         from distributed import Client
 
-        await super().start(router_endpoint, key)
+        await super().start(router_endpoint, home)
         self.local = self.cluster
         try:
             self.client = await Client(self.address, asynchronous=True, timeout="20s")
@@ -215,7 +252,7 @@ class DaskCompute(LocalCompute):
                 "`dask scheduler` (and workers with `dask worker ADDRESS --nthreads 1`), or drop "
                 "--cluster to use the local pools"
             ) from exc
-        await self.client.register_plugin(_orchestrator_link_plugin(router_endpoint, key))
+        await self.client.register_plugin(_orchestrator_link_plugin(router_endpoint))
         self.cluster = ClassicalCluster([])
         await self._sync_nodes()
         log.info("classical and simulation work goes to the Dask cluster at %s", self.address)

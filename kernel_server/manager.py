@@ -54,7 +54,7 @@ class Executors:
 
 
 Emit = Callable[[JobRecord, str], None]
-Reply = Callable[[bytes, str, P.Message], Awaitable[None]]
+Reply = Callable[[bytes, str, P.Message, str], Awaitable[None]]
 
 
 class JobManager:
@@ -73,6 +73,8 @@ class JobManager:
         self.ex = executors
         self.emit = emit
         self.reply = reply
+        # Called with a workflow's id once it is final (the orchestrator revokes its capability).
+        self.on_final: Callable[[str], None] = lambda workflow_id: None
         self.placement = placement
         self.estimating = 0  # QPU jobs between their arrival and their placement decision
         self.dispatcher = OnlineDispatcher(
@@ -293,6 +295,7 @@ class JobManager:
         for fut in self.waiters.pop(workflow_id, []):
             if not fut.done():
                 fut.set_result(None)
+        self.on_final(workflow_id)
 
     async def wait_final(self, run: WorkflowRun, timeout: float) -> None:
         if run.state.final or timeout <= 0:
@@ -380,7 +383,7 @@ class JobManager:
         what = f" for a {width}-qubit circuit" if width else ""
         raise UserError(f"no QPU satisfies the configuration qpu: {req}{what}; fleet: {sizes}")
 
-    def submit_sample(self, msg: P.Sample, identity: bytes, rid: str) -> None:
+    def submit_sample(self, msg: P.Sample, identity: bytes, rid: str, reply_as: str = "") -> None:
         """A step called sample(): create its QPU job; the worker gets the reply when it is done."""
         run = self.runs.get(msg.workflow_id)
         if run is None or run.state.final:
@@ -398,11 +401,18 @@ class JobManager:
         )
         run.qpu_jobs[job.id] = job
         self.store.save_job(job)
-        self.ex.spawn(self._run_qpu_job(run, job, msg, identity, rid, index))
+        self.ex.spawn(self._run_qpu_job(run, job, msg, (identity, rid, reply_as), index))
 
     async def _run_qpu_job(
-        self, run: WorkflowRun, job: JobRecord, msg: P.Sample, identity: bytes, rid: str, index: int
+        self,
+        run: WorkflowRun,
+        job: JobRecord,
+        msg: P.Sample,
+        caller: tuple[bytes, str, str],
+        index: int,
     ) -> None:
+        # caller: the worker's socket identity, its request id, and whose key signs the reply
+        # (the step's capability).
         options = self.options[run.id]
         self.estimating += 1
         estimating = True
@@ -468,7 +478,7 @@ class JobManager:
             self.qpu_waits.pop(job.id, None)
             job.method = ",".join(sorted(set(execution.methods)))
             self.move(job, JobState.DONE, f"simulated with {job.method}")
-            await self.reply(identity, rid, P.SampleReply(results=execution.counts, qpu=chosen.qpu))
+            await self._answer(caller, P.SampleReply(results=execution.counts, qpu=chosen.qpu))
         except asyncio.CancelledError:
             if estimating:
                 self.estimating -= 1
@@ -476,10 +486,8 @@ class JobManager:
             if not job.state.final:
                 self.move(job, JobState.CANCELLED, "workflow cancelled")
             self.qpu_waits.pop(job.id, None)
-            await self.reply(
-                identity,
-                rid,
-                P.ErrorReply(type="WorkflowCancelled", message="the workflow was cancelled"),
+            await self._answer(
+                caller, P.ErrorReply(type="WorkflowCancelled", message="the workflow was cancelled")
             )
         except Exception as exc:
             if estimating:
@@ -488,7 +496,11 @@ class JobManager:
             job.error = f"{type(exc).__name__}: {exc}"
             if not job.state.final:
                 self.move(job, JobState.FAILED, job.error)
-            await self.reply(identity, rid, P.ErrorReply(type=type(exc).__name__, message=str(exc)))
+            await self._answer(caller, P.ErrorReply(type=type(exc).__name__, message=str(exc)))
+
+    async def _answer(self, caller: tuple[bytes, str, str], message: P.Message) -> None:
+        identity, rid, reply_as = caller
+        await self.reply(identity, rid, message, reply_as)
 
     async def _estimate(self, msg: P.Sample, qpu: SimulatedQPU) -> Any:
         """The job's estimate on one QPU (remembered per circuits and calibration)."""

@@ -21,11 +21,12 @@ import json
 import os
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import msgpack
+import msgspec
 
 PROTOCOL_VERSION = 1
 CONNECTION_FILE_NAME = "qonductor-server.json"
@@ -40,6 +41,20 @@ class ProtocolError(Exception):
     def __init__(self, message: str, reason: str = "malformed"):
         super().__init__(message)
         self.reason = reason
+
+
+class InvalidMessage(ProtocolError):
+    """A correctly signed request whose body has a field of the wrong type or out of range.
+
+    The sender is known (the signature checked out), so unlike other protocol errors it gets a
+    reply saying which field was wrong, and the request runs no handler.
+    """
+
+    def __init__(self, op: str, problem: str):
+        super().__init__(f"bad {op!r} request: {problem}", reason="invalid")
+        self.op = op
+        self.problem = problem
+        self.envelope: Envelope | None = None
 
 
 class RequestTooLarge(ValueError):
@@ -71,9 +86,19 @@ class RemoteError(Exception):
 
 MESSAGES: dict[str, type[Message]] = {}
 
+# Bounds every decoded message is checked against before a handler sees it.
+# Ids name files and rows: letters, digits, "_", "-" and "." (never ".."), at most 128.
+Id = Annotated[str, msgspec.Meta(pattern=r"^(?!.*\.\.)[A-Za-z0-9_.-]{0,128}$")]
+StepId = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
+Shots = Annotated[int, msgspec.Meta(ge=1)]
+Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=86_400.0)]
 
-@dataclass
-class Message:
+
+class Message(msgspec.Struct, kw_only=True):
+    """A typed message body. Decoding converts the body into the class of its ``op`` and
+    refuses wrong types and out-of-range values (msgspec's strict conversion); unknown keys are
+    ignored, so that an older client can talk to a newer orchestrator."""
+
     op: ClassVar[str] = ""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -84,101 +109,89 @@ class Message:
             MESSAGES[cls.op] = cls
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return msgspec.structs.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Message:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        """The body as this class; ``msgspec.ValidationError`` names the first bad field."""
+        return msgspec.convert(data, cls)
 
 
 # Requests from kernels (and the CLI) ---------------------------------------------------------
 
 
-@dataclass
 class Ping(Message):
     op: ClassVar[str] = "ping"
 
 
-@dataclass
 class Shutdown(Message):
     op: ClassVar[str] = "shutdown"
 
 
-@dataclass
 class CreateWorkflow(Message):
     """Register a workflow image: the split cell (graph) plus its code and configuration."""
 
     op: ClassVar[str] = "create_workflow"
     source: str = ""
-    graph: dict[str, Any] = field(default_factory=dict)
-    config: dict[str, Any] = field(default_factory=dict)
-    name: str | None = None
+    graph: dict[str, Any] = {}
+    config: dict[str, Any] = {}
+    name: Annotated[str, msgspec.Meta(max_length=256)] | None = None
     # Objects bound into the image itself (the function-list form of create_workflow).
-    bound: dict[str, bytes] = field(default_factory=dict)
+    bound: dict[str, bytes] = {}
 
 
-@dataclass
 class Deploy(Message):
     op: ClassVar[str] = "deploy"
-    image_id: str = ""
-    config: dict[str, Any] = field(default_factory=dict)
+    image_id: Id = ""
+    config: dict[str, Any] = {}
 
 
-@dataclass
 class Invoke(Message):
     """Run an image. The client chooses ``workflow_id``, so a resent request is idempotent."""
 
     op: ClassVar[str] = "invoke"
-    image_id: str = ""
-    workflow_id: str = ""
-    inputs: dict[str, bytes] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
+    image_id: Id = ""
+    workflow_id: Id = ""
+    inputs: dict[str, bytes] = {}
+    options: dict[str, Any] = {}
 
 
-@dataclass
 class GetStatus(Message):
     op: ClassVar[str] = "status"
-    workflow_id: str = ""
+    workflow_id: Id = ""
 
 
-@dataclass
 class GetResults(Message):
     """Long-poll: the reply comes when the workflow is final or after ``wait_s`` seconds."""
 
     op: ClassVar[str] = "results"
-    workflow_id: str = ""
-    wait_s: float = 0.0
+    workflow_id: Id = ""
+    wait_s: Seconds = 0.0
 
 
-@dataclass
 class ListImages(Message):
     op: ClassVar[str] = "list_images"
 
 
-@dataclass
 class ListWorkflows(Message):
     op: ClassVar[str] = "list_workflows"
-    limit: int = 100
+    limit: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 100
 
 
-@dataclass
 class Cancel(Message):
     op: ClassVar[str] = "cancel"
-    workflow_id: str = ""
+    workflow_id: Id = ""
 
 
-@dataclass
 class ChoosePlan(Message):
     """The user's plan for a quantum step of a ``--plan ask`` workflow (a number, or "off")."""
 
     op: ClassVar[str] = "choose_plan"
-    workflow_id: str = ""
-    step_id: int = 0
-    plan: Any = 0
+    workflow_id: Id = ""
+    step_id: StepId = 0
+    plan: Annotated[int, msgspec.Meta(ge=0)] | Annotated[str, msgspec.Meta(max_length=32)] = 0
 
 
-@dataclass
 class GetFleet(Message):
     op: ClassVar[str] = "fleet"
 
@@ -186,17 +199,21 @@ class GetFleet(Message):
 # Requests from classical workers (quantum calls made inside a step) -------------------------
 
 
-@dataclass
 class Sample(Message):
-    """A step's ``sample(...)`` call: circuits (cloudpickled list) to run on one QPU."""
+    """A step's ``sample(...)`` call: circuits (QPY, a data format: nothing in it is code) to run
+    on one QPU.
+
+    ``num_qubits`` and ``fingerprint`` are the orchestrator's: it reads them off the circuits
+    themselves when the request arrives and overwrites whatever a client sent.
+    """
 
     op: ClassVar[str] = "sample"
-    workflow_id: str = ""
-    step_id: int = 0
+    workflow_id: Id = ""
+    step_id: StepId = 0
     circuits: bytes = b""
-    shots: int = 0
+    shots: Shots = 1
+    kind: Annotated[str, msgspec.Meta(max_length=32)] = "sample"
     num_qubits: int = 0
-    kind: str = "sample"
     # workers.circuit_identity.fingerprint of the circuits ("" unknown): what estimates and
     # plans are remembered under.
     fingerprint: str = ""
@@ -205,43 +222,38 @@ class Sample(Message):
 # Replies ------------------------------------------------------------------------------------
 
 
-@dataclass
 class Ok(Message):
     op: ClassVar[str] = "ok"
-    data: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = {}
 
 
-@dataclass
 class ErrorReply(Message):
     op: ClassVar[str] = "error"
     type: str = "Exception"
     message: str = ""
 
 
-@dataclass
 class Pong(Message):
     op: ClassVar[str] = "pong"
     pid: int = 0
     version: int = PROTOCOL_VERSION
     started_at: float = 0.0
-    fleet: list[str] = field(default_factory=list)
+    fleet: list[str] = []
 
 
-@dataclass
 class WorkflowReply(Message):
     """State of one workflow; ``outputs`` is filled once it is done and the caller asked for it."""
 
     op: ClassVar[str] = "workflow"
     workflow_id: str = ""
     state: str = ""
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[dict[str, Any]] = []
     error: str | None = None
     outputs: dict[str, bytes] | None = None
     stdout: str = ""
-    info: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = {}
 
 
-@dataclass
 class SampleReply(Message):
     op: ClassVar[str] = "sample_result"
     results: bytes = b""
@@ -251,9 +263,8 @@ class SampleReply(Message):
 # Events (PUB) --------------------------------------------------------------------------------
 
 
-@dataclass
 class Event(Message):
-    """A state change, published on topic ``wf.<workflow_id>``."""
+    """A state change of a workflow, published to its owner (see ``EventSealer``)."""
 
     op: ClassVar[str] = "event"
     workflow_id: str = ""
@@ -264,10 +275,6 @@ class Event(Message):
     qpu: str | None = None
     detail: str = ""
     ts: float = 0.0
-
-    @property
-    def topic(self) -> bytes:
-        return f"wf.{self.workflow_id}".encode()
 
 
 # --------------------------------------------------------------------------------------------
@@ -282,6 +289,10 @@ class Envelope:
     ts: float
     nonce: str
     user: str = ""  # who signed it: "" is the orchestrator's own key, else a user's (KeyRing)
+    # Signed with a workflow's capability: the one workflow the request may touch, and the
+    # capability's name in the signature frame (its reply is signed with it).
+    scope: str | None = None
+    capability: str = ""
 
 
 class Signer:
@@ -319,6 +330,8 @@ class KeyRing:
         self.users_file = users_file
         self._users: dict[str, Signer] = {}
         self._mtime: float | None = None
+        # Live workflows' capabilities, by id (in memory only: a restart revokes them all).
+        self._capabilities: dict[str, Capability] = {}
         self._reload()
 
     def _reload(self) -> None:
@@ -338,20 +351,72 @@ class KeyRing:
         except (OSError, ValueError, AttributeError):
             pass  # a half-written file: keep the users we had
 
-    def identify(self, payload: bytes, signature: bytes) -> str | None:
-        """Who signed the payload ("" for the owner key), or None for no valid signature."""
+    def identify(self, payload: bytes, signature: bytes) -> tuple[str, str | None] | None:
+        """Who signed the payload ("" for the owner key) and, for a workflow's capability, that
+        workflow; None for no valid signature."""
         name, sep, _ = signature.partition(b":")
         if not sep:
-            return "" if self.owner.verify(payload, signature) else None
+            return ("", None) if self.owner.verify(payload, signature) else None
+        text = name.decode(errors="replace")
+        if text.startswith(CAPABILITY_MARK):
+            cap = self._capabilities.get(text[1:])
+            if cap is None or not cap.signer.verify(payload, signature):
+                return None
+            return cap.user, cap.workflow_id
         self._reload()
-        signer = self._users.get(name.decode(errors="replace"))
-        return signer.user if signer is not None and signer.verify(payload, signature) else None
+        signer = self._users.get(text)
+        if signer is None or not signer.verify(payload, signature):
+            return None
+        return signer.user, None
 
     def signer_for(self, user: str) -> Signer:
+        if user.startswith(CAPABILITY_MARK):
+            cap = self._capabilities.get(user[1:])
+            return cap.signer if cap is not None else self.owner
         if not user:
             return self.owner
         self._reload()
         return self._users.get(user, self.owner)
+
+    def user_key(self, user: str) -> bytes:
+        """The key ``user`` signs with (the owner's for ""): what their events are sealed with."""
+        return self.signer_for(user)._key
+
+    # Capabilities ---------------------------------------------------------------------------
+    def issue(self, workflow_id: str, user: str) -> str:
+        """A capability for one workflow's steps: it signs that workflow's quantum calls and
+        nothing else, and is revoked when the workflow ends. The token is ``id.secret``."""
+        for cap_id, cap in self._capabilities.items():
+            if cap.workflow_id == workflow_id:
+                return f"{cap_id}.{cap.secret}"
+        cap_id, secret = secrets.token_hex(8), secrets.token_hex(32)
+        signer = Signer(secret.encode(), CAPABILITY_MARK + cap_id)
+        self._capabilities[cap_id] = Capability(workflow_id, user, secret, signer)
+        return f"{cap_id}.{secret}"
+
+    def revoke(self, workflow_id: str) -> None:
+        for cap_id in [k for k, c in self._capabilities.items() if c.workflow_id == workflow_id]:
+            del self._capabilities[cap_id]
+
+
+# A signature frame "~<capability id>:<digest>" is signed with a workflow's capability.
+CAPABILITY_MARK = "~"
+
+
+@dataclass(frozen=True)
+class Capability:
+    workflow_id: str
+    user: str
+    secret: str
+    signer: Signer
+
+
+def capability_signer(token: str) -> Signer:
+    """How a step signs its quantum calls with the capability it was given."""
+    cap_id, _, secret = token.partition(".")
+    if not cap_id or not secret:
+        raise ValueError("not a capability token")
+    return Signer(secret.encode(), CAPABILITY_MARK + cap_id)
 
 
 def new_request_id() -> str:
@@ -384,29 +449,82 @@ def decode(
             f"payload of {len(payload)} bytes exceeds {max_payload_bytes}", reason="oversized"
         )
     if isinstance(signer, KeyRing):
-        user = signer.identify(payload, signature)
+        who = signer.identify(payload, signature)
     else:
-        user = signer.user if signer.verify(payload, signature) else None
-    if user is None:
+        who = (signer.user, None) if signer.verify(payload, signature) else None
+    if who is None:
         raise ProtocolError("bad signature", reason="bad_signature")
+    capability = signature.partition(b":")[0].decode() if who[1] is not None else ""
+    return parse(payload, *who, capability=capability)
+
+
+def parse(
+    payload: bytes, user: str = "", scope: str | None = None, capability: str = ""
+) -> Envelope:
+    """The envelope of an authenticated payload; its body converted to its message class."""
     try:
         data = msgpack.unpackb(payload, raw=False)
     except Exception as exc:  # msgpack raises several unrelated types
         raise ProtocolError(f"undecodable payload: {exc}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("body"), dict):
         raise ProtocolError("payload is not a message map")
-    cls = MESSAGES.get(data.get("op", ""))
+    ts, rid, nonce = data.get("ts", 0.0), data.get("id", ""), data.get("nonce", "")
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)):
+        raise ProtocolError("payload timestamp is not a number")
+    if not isinstance(rid, str) or not isinstance(nonce, str):
+        raise ProtocolError("payload id and nonce must be strings")
+    op = data.get("op", "")
+    cls = MESSAGES.get(op) if isinstance(op, str) else None
     if cls is None:
-        raise ProtocolError(f"unknown op {data.get('op')!r}")
+        raise ProtocolError(f"unknown op {op!r}")
     try:
         message = cls.from_dict(data["body"])
-    except TypeError as exc:
-        raise ProtocolError(f"bad body for {cls.op!r}: {exc}") from exc
-    try:
-        ts = float(data.get("ts", 0.0))
-    except (TypeError, ValueError):
-        raise ProtocolError("payload timestamp is not a number") from None
-    return Envelope(message, str(data.get("id", "")), ts, str(data.get("nonce", "")), user)
+    except msgspec.ValidationError as exc:
+        invalid = InvalidMessage(cls.op, str(exc))
+        invalid.envelope = Envelope(ErrorReply(), rid, float(ts), nonce, user, scope, capability)
+        raise invalid from None
+    return Envelope(message, rid, float(ts), nonce, user, scope, capability)
+
+
+class EventSealer:
+    """Events readable by their owner alone: each is encrypted and authenticated (ChaCha20-
+    Poly1305, an AEAD from ``cryptography``) under a key derived from its owner's key (HKDF-
+    SHA256), and published on a topic derived from it too.
+
+    HMAC signatures (the requests' envelope) prove who sent a message but hide nothing; every
+    subscriber to the event socket receives every frame, so the frames themselves must be
+    unreadable to anyone but the owner. A subscriber subscribes to its own topic; frames of
+    other topics would not open with its key anyway.
+    """
+
+    def __init__(self, key: bytes):
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+        derived = HKDF(hashes.SHA256(), 64, salt=None, info=b"qonductor events v1").derive(key)
+        self._aead = ChaCha20Poly1305(derived[:32])
+        self.topic = b"ev." + hashlib.sha256(derived[32:]).hexdigest()[:32].encode()
+
+    def seal(self, message: Message) -> list[bytes]:
+        payload = msgpack.packb(
+            {"op": message.op, "id": "", "ts": time.time(), "nonce": "", "body": message.to_dict()},
+            use_bin_type=True,
+        )
+        nonce = os.urandom(12)
+        return [self.topic, nonce + self._aead.encrypt(nonce, payload, self.topic)]
+
+    def open(self, frames: list[bytes]) -> Envelope:
+        """The event in frames this key sealed; ProtocolError for any other frames."""
+        from cryptography.exceptions import InvalidTag
+
+        if len(frames) != 2 or frames[0] != self.topic or len(frames[1]) < 28:
+            raise ProtocolError("not an event for this key", reason="foreign")
+        try:
+            payload = self._aead.decrypt(frames[1][:12], frames[1][12:], self.topic)
+        except InvalidTag:
+            raise ProtocolError("event does not open with this key", reason="foreign") from None
+        return parse(payload)
 
 
 class ReplayGuard:

@@ -28,6 +28,7 @@ from kernel_server.estimator.mitigation import (
 from kernel_server.estimator.numerical import fidelity_and_duration, transpile_for
 from kernel_server.estimator.plans import CircuitNotEstimable, estimate, excluded_stacks
 from kernel_server.workers import aer_sim, qpu
+from kernel_server.workers.circuit_identity import dump_circuits
 from kernel_server.workers.devices import (
     CONTROL_FLOW,
     SMALL_FLEET,
@@ -175,7 +176,7 @@ def test_costliest_path_reads_inside_the_blocks() -> None:
 def test_estimate_on_device_counts_the_conditional_gates(device: str) -> None:
     backend = load_backend(device)
     dynamic = if_test_circuit()
-    estimate_ = qpu.estimate_on_device(cloudpickle.dumps([dynamic]), device)
+    estimate_ = qpu.estimate_on_device(dump_circuits([dynamic]), device)
     (transpiled,) = cloudpickle.loads(estimate_.transpiled)
     assert "if_else" in transpiled.count_ops()
     assert 0.9 < estimate_.fidelity < 1.0
@@ -191,7 +192,7 @@ def test_estimate_on_device_counts_the_conditional_gates(device: str) -> None:
 
 
 def test_every_construct_compiles_estimates_and_runs_on_every_device() -> None:
-    blob = cloudpickle.dumps([all_constructs_circuit()])
+    blob = dump_circuits([all_constructs_circuit()])
     for device in SMALL_FLEET:
         estimate_ = qpu.estimate_on_device(blob, device)
         assert 0.8 < estimate_.fidelity < 1.0 and estimate_.duration_s > 0
@@ -204,7 +205,7 @@ def test_every_construct_compiles_estimates_and_runs_on_every_device() -> None:
 
 
 def test_plans_keep_only_what_can_mitigate_a_dynamic_circuit() -> None:
-    blob = cloudpickle.dumps([teleportation_circuit()])
+    blob = dump_circuits([teleportation_circuit()])
     plans = qpu.plan_step(blob, list(SMALL_FLEET), shots=1000)
     assert plans and not any("error" in p for p in plans), plans
     assert {p["mitigation"] for p in plans} == {"none", "rem"}

@@ -35,7 +35,7 @@ def main():
 
     async def start():
         compute = LocalCompute(step_workers=1, qpu_workers=1)
-        await compute.start("tcp://127.0.0.1:9", "not-a-key")  # workers connect lazily
+        await compute.start("tcp://127.0.0.1:9")  # workers connect lazily
         for pool in (compute.step_pool, compute.qpu_pool):
             pool.submit(os.getpid)  # a pool starts its worker on the first task
         print(json.dumps([*compute.step_pool._processes, *compute.qpu_pool._processes]), flush=True)

@@ -45,3 +45,46 @@ def register_reducers() -> None:
     from qiskit.circuit.controlflow import CASE_DEFAULT
 
     copyreg.pickle(type(CASE_DEFAULT), _reduce_case_default)
+
+
+class CircuitFormatError(ValueError):
+    """Circuits that are not a QPY document (or one QPY cannot write)."""
+
+
+def dump_circuits(circuits: list[Any]) -> bytes:
+    """Circuits as they travel from a step to the orchestrator: QPY, a data format.
+
+    Cloudpickle would let a step run code wherever its circuits are read (the orchestrator's
+    QPU processes, shared by every user); QPY holds only the circuits.
+    """
+    from qiskit import qpy
+
+    buffer = io.BytesIO()
+    try:
+        qpy.dump(list(circuits), buffer)
+    except Exception as exc:  # qpy raises several types for what it cannot write
+        raise CircuitFormatError(
+            f"this circuit cannot be sent to a QPU: Qiskit's QPY format cannot write it ({exc})"
+        ) from None
+    return buffer.getvalue()
+
+
+def load_circuits(blob: bytes) -> list[Any]:
+    """Circuits from ``dump_circuits``; CircuitFormatError for anything else."""
+    from qiskit import qpy
+
+    if not blob.startswith(b"QISKIT"):
+        raise CircuitFormatError("circuits must be sent as QPY (workers.circuit_identity)")
+    try:
+        circuits = qpy.load(io.BytesIO(blob))
+    except Exception as exc:  # a truncated or forged document
+        raise CircuitFormatError(f"the circuits could not be read: {exc}") from None
+    if not circuits:
+        raise CircuitFormatError("no circuits were sent")
+    return list(circuits)
+
+
+def read_circuits(blob: bytes) -> tuple[int, str]:
+    """The width (qubits of the widest circuit) and fingerprint of sent circuits."""
+    circuits = load_circuits(blob)
+    return max(c.num_qubits for c in circuits), fingerprint(circuits)

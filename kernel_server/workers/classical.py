@@ -59,7 +59,7 @@ _EXCLUSIVE = threading.Lock()
 # Each thread's connection back to the orchestrator (a WorkerLink): a ZeroMQ socket must not be
 # shared between threads, and a Dask worker may run steps on several.
 _links = threading.local()
-_link_config: tuple[str, str] | None = None
+_link_config: str | None = None  # the orchestrator's router endpoint
 
 
 class _StepContext(threading.local):
@@ -117,20 +117,27 @@ def install_builtin_primitives() -> None:
             setattr(builtins, name, _builtin_primitive(name))
 
 
-def init_worker(router_endpoint: str, key: str, orchestrator_pid: int | None = None) -> None:
+def init_worker(
+    router_endpoint: str, orchestrator_pid: int | None = None, sandbox: Any = None
+) -> None:
     """Process-pool initializer: remember where the orchestrator is; connect lazily. Exit with
-    the orchestrator (``orchestrator_pid``: its pid, from the orchestrator itself)."""
+    the orchestrator (``orchestrator_pid``: its pid, from the orchestrator itself). A shared
+    orchestrator's user's pool passes ``sandbox`` (workers.sandbox.Sandbox): the process confines
+    itself before it runs any of their code."""
     from kernel_server.workers.lifeline import start_lifeline
 
     start_lifeline(orchestrator_pid)
-    configure_link(router_endpoint, key)
+    configure_link(router_endpoint)
+    if sandbox is not None:
+        sandbox.enter()
 
 
-def configure_link(router_endpoint: str, key: str) -> None:
+def configure_link(router_endpoint: str) -> None:
     """Point this process's quantum calls at an orchestrator (also used on Dask workers, which
-    outlive any one orchestrator and so get no lifeline)."""
+    outlive any one orchestrator and so get no lifeline). No key: each step's calls are signed
+    with the capability that step brings (StepSpec.capability)."""
     global _link_config
-    _link_config = (router_endpoint, key)
+    _link_config = router_endpoint
     _links.__dict__.clear()
     install_builtin_primitives()
 
@@ -164,6 +171,9 @@ class StepSpec:
     shots: int = 4000
     timeout_s: float | None = None  # stop the step after this long (see _deadline)
     deletes: list[str] = field(default_factory=list)  # names the step may ``del``
+    owner: str = ""  # the shared orchestrator's user whose step this is ("": its owner)
+    # What the step's quantum calls are signed with: valid for this workflow while it runs.
+    capability: str = ""
 
 
 @dataclass
@@ -186,22 +196,26 @@ class QuantumCallError(RuntimeError):
 
 
 class WorkerLink:
-    """DEALER socket from a worker process to the orchestrator's ROUTER."""
+    """DEALER socket from a worker process to the orchestrator's ROUTER, signing with one
+    workflow's capability."""
 
-    def __init__(self, endpoint: str, key: str, max_payload_bytes: int | None = None):
+    def __init__(self, endpoint: str, capability: str, max_payload_bytes: int | None = None):
         import zmq
 
-        from kernel_server.protocol import MAX_PAYLOAD_BYTES, Signer
+        from kernel_server.protocol import MAX_PAYLOAD_BYTES, capability_signer
 
         self.max_payload_bytes = max_payload_bytes or MAX_PAYLOAD_BYTES
         self._zmq = zmq
-        self.signer = Signer(key.encode())
+        self.signer = capability_signer(capability)
         self.ctx = zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.connect(endpoint)
         self.pid = os.getpid()
-        self.config = (endpoint, key)
+        self.config = (endpoint, capability)
+
+    def close(self) -> None:
+        self.sock.close()
 
     def request(self, message: Any) -> Any:
         from kernel_server.protocol import (
@@ -261,12 +275,17 @@ def _others_may_run() -> Any:
         _exclusive_owner = threading.get_ident()
 
 
-def _get_link() -> WorkerLink:
+def _get_link(capability: str) -> WorkerLink:
+    """This thread's link for the step's capability (a new one when the step changed)."""
     link = getattr(_links, "link", None)
-    if link is None or link.pid != os.getpid() or link.config != _link_config:
+    if link is None or link.pid != os.getpid() or link.config != (_link_config, capability):
         if _link_config is None:
             raise RuntimeError("worker was not initialised with the orchestrator's address")
-        link = _links.link = WorkerLink(*_link_config)
+        if not capability:
+            raise QuantumCallError("this step was given no capability for quantum calls")
+        if link is not None and link.pid == os.getpid():
+            link.close()
+        link = _links.link = WorkerLink(_link_config, capability)
     return link
 
 
@@ -377,23 +396,21 @@ def circuit_for_estimate(circuit: Any, argument: str | None = None) -> Any:
     return stripped
 
 
-def make_primitives(workflow_id: str, step_id: int, default_shots: int) -> dict[str, Any]:
+def make_primitives(
+    workflow_id: str, step_id: int, default_shots: int, capability: str = ""
+) -> dict[str, Any]:
     """The ``sample`` and ``estimate`` a step sees."""
     from kernel_server.protocol import Sample
 
     def run(batch: list[Any], shots: int) -> list[Any]:
-        from kernel_server.workers.circuit_identity import fingerprint, register_reducers
+        from kernel_server.workers.circuit_identity import CircuitFormatError, dump_circuits
 
-        register_reducers()
-        reply = _get_link().request(
-            Sample(
-                workflow_id=workflow_id,
-                step_id=step_id,
-                circuits=cloudpickle.dumps(batch),
-                shots=shots,
-                num_qubits=max(c.num_qubits for c in batch),
-                fingerprint=fingerprint(batch),
-            )
+        try:
+            circuits = dump_circuits(batch)
+        except CircuitFormatError as exc:
+            raise QuantumCallError(str(exc)) from None
+        reply = _get_link(capability).request(
+            Sample(workflow_id=workflow_id, step_id=step_id, circuits=circuits, shots=shots)
         )
         return cloudpickle.loads(reply.results)
 
@@ -505,7 +522,7 @@ def _run_step(spec: StepSpec) -> StepOutcome:
         )
     # The splitter made sure the names these functions use are inputs of this step.
     rebind_cell_functions(ns, ns, fill=True)
-    primitives = make_primitives(spec.workflow_id, spec.step_id, spec.shots)
+    primitives = make_primitives(spec.workflow_id, spec.step_id, spec.shots, spec.capability)
     if spec.kind != "classical" or "sample" not in ns:
         ns.update(primitives)
     # Pad so that line numbers in tracebacks are the cell's own.

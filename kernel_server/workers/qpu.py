@@ -1,7 +1,9 @@
 """Tasks the orchestrator runs in its QPU worker processes: estimate a job per device, execute it.
 
-Module-level functions with plain arguments, because they cross a process boundary. Circuits travel
-as cloudpickle blobs; the heavy imports (qiskit, Aer, the fake provider) stay in these processes.
+Module-level functions with plain arguments, because they cross a process boundary. A step's
+circuits arrive as QPY (``circuit_identity.dump_circuits``: data, never code, since these processes
+serve every user); what these processes make themselves (transpiled circuits, counts) travels as
+cloudpickle. The heavy imports (qiskit, Aer, the fake provider) stay in these processes.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import cloudpickle
 
 from kernel_server.scheduler.plan_choice import PLAN_LIMIT  # what --plan N picks from
+from kernel_server.workers.circuit_identity import load_circuits
 
 
 @dataclass
@@ -57,7 +60,7 @@ def estimate_on_device(circuits_blob: bytes, device: str, seed: int = 0) -> Devi
     register_reducers()  # the transpiled circuits travel back to the orchestrator
     t0 = time.perf_counter()
     backend = load_backend(device)
-    circuits = cloudpickle.loads(circuits_blob)
+    circuits = load_circuits(circuits_blob)
     if _mitigated_by_hand(circuits):
         from kernel_server.estimator.mitigation.stack import choose_layout, transpile_mitigated
 
@@ -137,7 +140,7 @@ def plan_step(
     from kernel_server.estimator.plans import resource_plans, templates_for
 
     try:
-        circuits = cloudpickle.loads(circuits_blob)
+        circuits = load_circuits(circuits_blob)
         circuit = circuits[0]
         templates = templates_for(fleet)
         # Mitigation the cell applied by hand pins that part of the plan: only unmitigated
@@ -186,7 +189,7 @@ def _execute_mitigated(
     from kernel_server.workers.devices import load_backend
 
     backend = load_backend(device)
-    circuits = cloudpickle.loads(circuits_blob)
+    circuits = load_circuits(circuits_blob)
     results = []
     for i, circuit in enumerate(circuits):
         run = run_mitigated_detailed(

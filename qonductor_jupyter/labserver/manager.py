@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
 from typing import Any
 
 from kernel_server import protocol as P
@@ -135,7 +134,7 @@ class QonductorManager:
 
     async def workflow(self, workflow_id: str) -> dict[str, Any]:
         reply = await self._request(P.GetStatus(workflow_id=workflow_id))
-        data = asdict(reply)
+        data = reply.to_dict()
         data.pop("outputs", None)  # pickled values mean nothing to a browser
         return data
 
