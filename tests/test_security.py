@@ -178,3 +178,112 @@ def test_signed_but_malformed_payloads_decode_or_give_a_protocol_error(op, body,
     except P.ProtocolError:
         return
     assert env.message.op == op and isinstance(env.message, P.Message)
+
+
+# ---------------------------------------------------------------- wrongly typed fields, live
+# One value of each wire type; a field gets only values of types its annotation refuses.
+_WIRE_VALUES = {
+    "int": st.integers(-(2**40), 2**40),
+    "float": st.floats(allow_nan=False, allow_infinity=False).filter(lambda x: x != int(x)),
+    "str": st.text(max_size=12),
+    "bytes": st.binary(max_size=12),
+    "list": st.lists(st.integers(-1000, 1000), max_size=3),
+    "dict": st.dictionaries(st.text(max_size=4), st.integers(-9, 9), min_size=1, max_size=3),
+    "none": st.none(),
+    "bool": st.booleans(),
+}
+
+
+def _accepted_kinds(t) -> set[str]:
+    """The wire types a msgspec field type takes (ints pass for floats, as msgspec allows)."""
+    from msgspec import inspect as mi
+
+    if isinstance(t, mi.UnionType):
+        return set().union(*(_accepted_kinds(u) for u in t.types))
+    if isinstance(t, mi.AnyType):
+        return set(_WIRE_VALUES)
+    kinds = {
+        mi.IntType: {"int"},
+        mi.FloatType: {"int", "float"},
+        mi.StrType: {"str"},
+        mi.BytesType: {"bytes"},
+        mi.ListType: {"list"},
+        mi.DictType: {"dict"},
+        mi.NoneType: {"none"},
+        mi.BoolType: {"bool"},
+    }
+    return next(v for k, v in kinds.items() if isinstance(t, k))
+
+
+def _requests_with_fields():
+    from msgspec import inspect as mi
+
+    replies = {P.Ok, P.ErrorReply, P.Pong, P.WorkflowReply, P.SampleReply, P.Event}
+    out = []
+    for op, cls in sorted(P.MESSAGES.items()):
+        if cls in replies:
+            continue
+        for f in mi.type_info(cls).fields:
+            wrong = sorted(set(_WIRE_VALUES) - _accepted_kinds(f.type))
+            out.append((op, f.encode_name, wrong))
+    return out
+
+
+REQUEST_FIELDS = _requests_with_fields()
+
+
+def test_the_fuzzed_fields_cover_every_request_type():
+    fuzzed = {op for op, _, wrong in REQUEST_FIELDS if wrong}
+    requests = {op for op, cls in P.MESSAGES.items() if cls.__struct_fields__}
+    requests -= {"ok", "error", "pong", "workflow", "sample_result", "event"}
+    assert fuzzed == requests, requests - fuzzed
+
+
+@st.composite
+def _wrongly_typed_request(draw):
+    op, name, wrong = draw(st.sampled_from([r for r in REQUEST_FIELDS if r[2]]))
+    value = draw(st.one_of(*(_WIRE_VALUES[k] for k in wrong)))
+    return op, {name: value}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+          HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(request=_wrongly_typed_request())
+def test_every_request_with_a_wrongly_typed_field_gets_an_invalid_message_reply(
+    raw_socket, request
+):
+    op, body = request
+    signer = read_connection().signer()
+    raw_socket.send_multipart(_signed(signer, op, body))
+    answer = _answer(raw_socket, 5000)
+    assert answer is not None, f"no reply to {op} {body!r}"
+    reply = P.decode(answer, signer).message
+    assert isinstance(reply, P.ErrorReply), reply
+    assert reply.type == "InvalidMessage", reply
+    field = next(iter(body))
+    assert field in reply.message, reply.message  # it says which field is wrong
+
+
+def test_the_orchestrator_serves_on_after_wrongly_typed_requests(raw_socket):
+    """Every field of every request, once with a list where it takes none: each refused, and
+    a cell runs afterwards."""
+    signer = read_connection().signer()
+    for op, name, wrong in REQUEST_FIELDS:
+        if "list" not in wrong:
+            continue
+        raw_socket.send_multipart(_signed(signer, op, {name: [1, 2]}))
+        answer = _answer(raw_socket, 5000)
+        assert answer is not None, (op, name)
+        assert P.decode(answer, signer).message.type == "InvalidMessage", (op, name)
+    assert get_client().request(P.Ping(), timeout=5).pid == read_connection().pid
+    workflow_id = qj.invoke(qj.deploy(qj.create_workflow("x = 1\ny = 2\ndel y\n")))
+    assert qj.workflow_results(workflow_id, timeout=60) == {"x": 1}  # `del y`: y is gone
+
+
+def _signed(signer, op, body):
+    payload = msgpack.packb(
+        {"op": op, "id": P.new_request_id(), "ts": time.time(), "nonce": os.urandom(8).hex(),
+         "body": body},
+        use_bin_type=True,
+    )  # fmt: skip
+    return [signer.sign(payload), payload]
