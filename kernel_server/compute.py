@@ -49,17 +49,40 @@ class LocalCompute:
         self.loop = asyncio.get_running_loop()
         self._router = router_endpoint
         self._home = Path(home) if home is not None else None
-        self.step_pool = self._new_step_pool()
-        self.qpu_pool = self._new_qpu_pool()
-        # A shared orchestrator's users' steps: a pool each, confined (workers/sandbox.py).
-        self.user_pools: dict[str, ProcessPoolExecutor] = {}
+        # "qpu", "step" (the owner's steps) and "step:<user>" (a shared orchestrator's user's
+        # steps, confined: workers/sandbox.py), each made on first use and after a crash.
+        self.pools: dict[str, ProcessPoolExecutor] = {}
+        for which in ("step", "qpu"):  # started now, so that warm_up and the first step find them
+            self._pool(which)
         self.cluster = ClassicalCluster([local_node()])
         self.pool_rebuilds = 0
 
-    # Both pools' workers get this process's pid for their lifeline: read in the worker, after
+    @property
+    def step_pool(self) -> ProcessPoolExecutor:
+        return self._pool("step")
+
+    @property
+    def qpu_pool(self) -> ProcessPoolExecutor:
+        return self._pool("qpu")
+
+    def _pool(self, which: str) -> ProcessPoolExecutor:
+        pool = self.pools.get(which)
+        if pool is None:
+            pool = self.pools[which] = self._new_pool(which)
+        return pool
+
+    # Every pool's workers get this process's pid for their lifeline: read in the worker, after
     # its slow imports, the parent may already be init (workers/lifeline.py).
-    def _new_step_pool(self, user: str = "") -> ProcessPoolExecutor:
+    def _new_pool(self, which: str) -> ProcessPoolExecutor:
         spawn = multiprocessing.get_context("spawn")  # never fork a process holding zmq sockets
+        if which == "qpu":
+            return ProcessPoolExecutor(
+                self.qpu_workers,
+                mp_context=spawn,
+                initializer=start_lifeline,
+                initargs=(os.getpid(),),
+            )
+        user = which.partition(":")[2]
         return ProcessPoolExecutor(
             self.step_workers,
             mp_context=spawn,
@@ -75,35 +98,6 @@ class LocalCompute:
         forbidden = [self._home, runtime_dir(), connection_file_path().parent]
         return Sandbox.for_user(user, self._home / "scratch" / user, forbidden)
 
-    def _new_qpu_pool(self) -> ProcessPoolExecutor:
-        spawn = multiprocessing.get_context("spawn")
-        return ProcessPoolExecutor(
-            self.qpu_workers,
-            mp_context=spawn,
-            initializer=start_lifeline,
-            initargs=(os.getpid(),),
-        )
-
-    def _pool(self, which: str) -> ProcessPoolExecutor:
-        """ "qpu", "step" (the owner's steps) or "step:<user>" (created on first use)."""
-        if which == "qpu":
-            return self.qpu_pool
-        if which == "step":
-            return self.step_pool
-        user = which.split(":", 1)[1]
-        pool = self.user_pools.get(user)
-        if pool is None:
-            pool = self.user_pools[user] = self._new_step_pool(user)
-        return pool
-
-    def _replace_pool(self, which: str) -> None:
-        if which == "qpu":
-            self.qpu_pool = self._new_qpu_pool()
-        elif which == "step":
-            self.step_pool = self._new_step_pool()
-        else:
-            self.user_pools.pop(which.split(":", 1)[1], None)  # made afresh on next use
-
     async def _in_pool(self, which: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run on a pool; if one of its processes died (killed, out of memory), every task it
         held fails with BrokenProcessPool: start a fresh pool and run the task once more."""
@@ -111,10 +105,10 @@ class LocalCompute:
         try:
             return await self.loop.run_in_executor(pool, fn, *args)
         except BrokenProcessPool:
-            if self._pool(which) is pool:  # the first task to notice replaces the pool
+            if self.pools.get(which) is pool:  # the first task to notice replaces the pool
                 log.warning("a %s process died; starting a fresh pool", which)
                 pool.shutdown(wait=False, cancel_futures=True)
-                self._replace_pool(which)
+                del self.pools[which]
                 self.pool_rebuilds += 1
             return await self.loop.run_in_executor(self._pool(which), fn, *args)
 
@@ -175,7 +169,7 @@ class LocalCompute:
         return {"backend": self.name, "nodes": self.cluster.snapshot()}
 
     async def close(self) -> None:
-        for pool in (self.step_pool, self.qpu_pool, *self.user_pools.values()):
+        for pool in list(self.pools.values()):
             # A step may be stuck in user code; do not wait for it, end the workers.
             workers = list((getattr(pool, "_processes", None) or {}).values())
             pool.shutdown(wait=False, cancel_futures=True)

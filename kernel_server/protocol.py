@@ -423,17 +423,22 @@ def new_request_id() -> str:
     return secrets.token_hex(8)
 
 
-def encode(message: Message, signer: Signer, request_id: str | None = None) -> list[bytes]:
-    payload = msgpack.packb(
+def _payload(message: Message, request_id: str, nonce: str) -> bytes:
+    """The envelope every message travels in (``parse`` reads it)."""
+    return msgpack.packb(
         {
             "op": message.op,
-            "id": request_id or new_request_id(),
+            "id": request_id,
             "ts": time.time(),
-            "nonce": secrets.token_hex(8),
+            "nonce": nonce,
             "body": message.to_dict(),
         },
         use_bin_type=True,
     )
+
+
+def encode(message: Message, signer: Signer, request_id: str | None = None) -> list[bytes]:
+    payload = _payload(message, request_id or new_request_id(), secrets.token_hex(8))
     return [signer.sign(payload), payload]
 
 
@@ -507,10 +512,7 @@ class EventSealer:
         self.topic = b"ev." + hashlib.sha256(derived[32:]).hexdigest()[:32].encode()
 
     def seal(self, message: Message) -> list[bytes]:
-        payload = msgpack.packb(
-            {"op": message.op, "id": "", "ts": time.time(), "nonce": "", "body": message.to_dict()},
-            use_bin_type=True,
-        )
+        payload = _payload(message, "", "")  # the AEAD's nonce below makes each frame unique
         nonce = os.urandom(12)
         return [self.topic, nonce + self._aead.encrypt(nonce, payload, self.topic)]
 
