@@ -114,7 +114,8 @@ class Message(msgspec.Struct, kw_only=True):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Message:
         """The body as this class; ``msgspec.ValidationError`` names the first bad field."""
-        return msgspec.convert(data, cls)
+        # msgpack carries bytes natively: a str where bytes belong is a wrong type, not base64.
+        return msgspec.convert(data, cls, builtin_types=(bytes, bytearray))
 
 
 # Requests from kernels (and the CLI) ---------------------------------------------------------

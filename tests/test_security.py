@@ -9,7 +9,7 @@ import msgpack
 import pytest
 import zmq
 from helpers import wait_for
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import qonductor_jupyter as qj
@@ -249,6 +249,7 @@ def _wrongly_typed_request(draw):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
           HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(request=_wrongly_typed_request())
+@example(request=("sample", {"circuits": ""}))  # a str where bytes belong (not base64)
 def test_every_request_with_a_wrongly_typed_field_gets_an_invalid_message_reply(
     raw_socket, request
 ):
