@@ -8,6 +8,7 @@ the end.
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,40 @@ def shell(orchestrator):
         if not name.startswith("_") and name not in ip.user_ns_hidden:
             del ip.user_ns[name]
     return ip
+
+
+# What makes a test end-to-end: a fixture that starts the real orchestrator, a shell with the
+# magics or a Jupyter server, or a file whose tests start those (or worker processes) themselves.
+_E2E_FIXTURES = {"orchestrator", "shell", "orchestrator_in", "jp_fetch", "jp_serverapp"}
+_E2E_FILES = {
+    "test_adversary.py",
+    "test_crash_safety.py",
+    "test_dask_executor.py",
+    "test_isolation.py",
+    "test_kernel_cells.py",
+    "test_lifeline.py",
+    "test_limits.py",
+    "test_load.py",
+    "test_mixed_fleet.py",
+    "test_restart.py",
+    "test_rest_api.py",
+}
+_KINDS = {"unit", "e2e", "browser"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test unit, e2e or slow (browser tests mark themselves): end-to-end and slow
+    tests are not unit tests, so ``pytest -m unit`` stays a loop of seconds."""
+    for item in items:
+        if _KINDS & {m.name for m in item.iter_markers()}:
+            continue
+        path = Path(str(item.fspath))
+        e2e = (
+            path.suffix == ".ipynb"
+            or path.name in _E2E_FILES
+            or bool(_E2E_FIXTURES & set(getattr(item, "fixturenames", ())))
+        )
+        if e2e:
+            item.add_marker(pytest.mark.e2e)
+        elif item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.unit)

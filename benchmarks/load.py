@@ -28,7 +28,7 @@ def main() -> int:
     args = parser.parse_args()
     os.environ["QONDUCTOR_HOME"] = tempfile.mkdtemp(prefix="qonductor-load-")
     os.environ.setdefault("QONDUCTOR_FLEET", "small")
-    from kernel_server import protocol as P
+    from kernel_server.wire import protocol as P
     from qonductor_jupyter import client as client_module
     from qonductor_jupyter.loadtest import describe, run_load
 

@@ -85,7 +85,7 @@ NOISY_SETUP = (
 )
 PING = """\
 import time as _t
-from kernel_server import protocol as _P
+from kernel_server.wire import protocol as _P
 from qonductor_jupyter.client import get_client as _gc
 _c = _gc(); _rtt = []
 for _ in range(200):

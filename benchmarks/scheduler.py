@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernel_server.estimator.pareto import front_2d  # noqa: E402
+from kernel_server.core.mcdm import front_2d  # noqa: E402
 from kernel_server.scheduler.nsga2 import (  # noqa: E402
     all_assignments,
     best_fidelity_assignment,

@@ -9,10 +9,10 @@ import os
 import sys
 from typing import Any
 
-from . import protocol
-from .app import Orchestrator
-from .fleet_config import FleetConfigError, load_fleet_spec
-from .workers.sandbox import wipe_initial_environment
+from kernel_server.control.app import Orchestrator
+from kernel_server.fleet.spec import FleetConfigError, load_fleet_spec
+from kernel_server.security.sandbox import wipe_initial_environment
+from kernel_server.wire import protocol
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,8 +16,8 @@ from typing import Any
 
 import cloudpickle
 
-from kernel_server import protocol as P
-from kernel_server.dataflow import DELETED
+from kernel_server.core.dataflow import DELETED
+from kernel_server.wire import protocol as P
 
 from .client import get_client
 from .errors import (
@@ -110,7 +110,7 @@ def create_workflow(
     code: str | list[Any], config: dict[str, Any] | str | None = None, name: str | None = None
 ) -> str:
     """Package code (cell source, or a list of step functions/circuits) and config as an image."""
-    from kernel_server.config import ConfigError, load_config
+    from kernel_server.core.deployment import ConfigError, load_config
 
     try:
         cfg = load_config(config)
@@ -143,7 +143,7 @@ def _create_image(
 
 def deploy(image_id: str, config: dict[str, Any] | str | None = None) -> str:
     """Deploy an image (optionally overriding its configuration); returns the image id."""
-    from kernel_server.config import ConfigError, load_config
+    from kernel_server.core.deployment import ConfigError, load_config
 
     try:
         cfg = load_config(config)
@@ -154,10 +154,10 @@ def deploy(image_id: str, config: dict[str, Any] | str | None = None) -> str:
 
 
 def pickle_inputs(inputs: dict[str, Any]) -> dict[str, bytes]:
-    from kernel_server.cell_functions import mark_origin
+    from kernel_server.core.cell_functions import mark_origin
 
     if "qiskit" in sys.modules:  # circuits among the inputs: switch default cases survive
-        from kernel_server.workers.circuit_identity import register_reducers
+        from kernel_server.wire.circuits import register_reducers
 
         register_reducers()
     blobs: dict[str, bytes] = {}
@@ -351,7 +351,7 @@ def submit_cell(
     **options: Any,
 ) -> tuple[str, WorkflowGraph]:
     """Split, register, deploy and invoke a cell; returns (workflow id, graph)."""
-    from kernel_server.config import ConfigError, load_config
+    from kernel_server.core.deployment import ConfigError, load_config
 
     from .preflight import check_static_widths
 
@@ -439,7 +439,7 @@ def bring_back(workflow_id: str, reply: P.WorkflowReply, namespace: dict[str, An
 def run_primitive(kind: str, *args: Any, shots: int | None = None) -> Any:
     """``sample``/``estimate`` called outside a ``%%qonductor`` cell: a workflow of one quantum
     step, its value returned (or its error raised as itself)."""
-    from kernel_server.workers.classical import check_circuits, check_shots, circuit_for_estimate
+    from kernel_server.core.circuits import check_circuits, check_shots, circuit_for_estimate
 
     check_shots(shots)
     if kind == "sample":

@@ -37,7 +37,7 @@ def server_command(
 
 
 def user_command(action: str, name: str | None) -> int:
-    from kernel_server import users
+    from kernel_server.security import users
 
     if not name:
         print(f"qonductor server {action} needs a user name", file=sys.stderr)

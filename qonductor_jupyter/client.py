@@ -22,8 +22,8 @@ from typing import Any
 
 import zmq
 
-from kernel_server import protocol as P
-from kernel_server.curve import apply_client_keys
+from kernel_server.wire import protocol as P
+from kernel_server.wire.protocol import apply_client_keys
 
 
 class OrchestratorUnavailable(RuntimeError):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernel_server import protocol as P
+from kernel_server.wire import protocol as P
 
 from .client import Client, read_connection
 

@@ -291,7 +291,7 @@ class QonductorMagics(Magics):
 
 def _plan_option(value: str) -> str | int:
     """``--plan``, refused at once where no step could ever have that plan."""
-    from kernel_server.scheduler.plan_choice import PLAN_LIMIT, PlanChoiceError, parse_plan_option
+    from kernel_server.core.plans import PLAN_LIMIT, PlanChoiceError, parse_plan_option
 
     try:
         plan = parse_plan_option(value)

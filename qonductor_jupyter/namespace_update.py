@@ -23,9 +23,8 @@ from typing import Any
 
 import cloudpickle
 
-from kernel_server.cell_functions import rebind_cell_functions
-from kernel_server.dataflow import DELETED
-from kernel_server.workers.classical import cell_filename
+from kernel_server.core.cell_functions import cell_filename, rebind_cell_functions
+from kernel_server.core.dataflow import DELETED
 
 
 @dataclass

@@ -30,7 +30,7 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
-from kernel_server.cell_functions import NOTEBOOK_MODULES
+from kernel_server.core.cell_functions import NOTEBOOK_MODULES
 
 from . import primitives as _primitives
 from .splitter import (

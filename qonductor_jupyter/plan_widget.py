@@ -28,8 +28,8 @@ PREFERENCE_OPTIONS = ("fidelity", "balanced", "jct")
 def ranked(plans: list[dict[str, Any]], preference: str) -> tuple[list[int], int]:
     """Plan indices in the order the preference ranks them, and the recommended one (the same
     pseudo-weights choice ``--plan auto`` makes)."""
-    from kernel_server.scheduler.nsga2 import preference_weights, pseudo_weights
-    from kernel_server.scheduler.plan_choice import choose_plan, plan_objectives
+    from kernel_server.core.mcdm import preference_weights, pseudo_weights
+    from kernel_server.core.plans import choose_plan, plan_objectives
 
     recommended = choose_plan(plans, "auto", preference)
     objectives = plan_objectives(plans)
@@ -47,7 +47,7 @@ def ranked(plans: list[dict[str, Any]], preference: str) -> tuple[list[int], int
 def scatter_svg(plans: list[dict[str, Any]], highlight: int | None, size: int = 260) -> str:
     """Fidelity (up) against run time (right, log scale) as inline SVG; front plans filled."""
     pad = 30
-    from kernel_server.scheduler.plan_choice import plan_objectives
+    from kernel_server.core.plans import plan_objectives
 
     objectives = plan_objectives(plans)
     xs = np.log10(np.maximum(objectives[:, 0], 1e-3))
@@ -71,7 +71,7 @@ def scatter_svg(plans: list[dict[str, Any]], highlight: int | None, size: int = 
     ]
     # The line joins the plans no other plan beats on both axes shown (the 2-D front); filled
     # markers are the Pareto rank 0 over fidelity, time and cost.
-    from kernel_server.estimator.pareto import front_2d
+    from kernel_server.core.mcdm import front_2d
 
     front = [px(xs[i], ys[i]) for i in front_2d(np.column_stack([xs, -ys]))]
     if len(front) > 1:

@@ -15,7 +15,7 @@ from typing import Any
 
 
 def _step_primitives() -> dict[str, Any] | None:
-    worker = sys.modules.get("kernel_server.workers.classical")
+    worker = sys.modules.get("kernel_server.tasks.step")
     if worker is None:
         return None
     primitives = worker.current_primitives()

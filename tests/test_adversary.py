@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_server.workers import sandbox
+from kernel_server.security import sandbox
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIO = Path(__file__).resolve().parent / "adversary" / "scenario.py"

@@ -103,7 +103,7 @@ def test_cancel_behaves_as_on_the_local_pools(dask_orchestrator):
 
 
 def test_the_classical_scheduler_sees_the_dask_workers(dask_orchestrator):
-    from kernel_server import protocol as P
+    from kernel_server.wire import protocol as P
 
     compute = client_module.get_client().request(P.GetFleet()).data["compute"]
     workers = set(dask_orchestrator.scheduler_info()["workers"])
@@ -119,9 +119,9 @@ def test_the_classical_scheduler_sees_the_dask_workers(dask_orchestrator):
 
 
 def test_dask_workers_become_classical_nodes_with_their_resources():
-    from kernel_server.compute import dask_nodes
+    from kernel_server.compute.local import dask_nodes
+    from kernel_server.core.resources import ClassicalRequest
     from kernel_server.scheduler.classical import ClassicalCluster
-    from kernel_server.scheduler.classical_nodes import ClassicalRequest
 
     nodes = dask_nodes(
         {

@@ -10,16 +10,7 @@ from qiskit.circuit.library import QFTGate
 from qiskit.providers.fake_provider import GenericBackendV2
 from qiskit_ibm_runtime.fake_provider import FakeKolkataV2
 
-from kernel_server.estimator.numerical import (
-    BROKEN_ERROR,
-    CircuitTooWideError,
-    NumericalEstimator,
-    broken_entries,
-    healthy_target,
-    numerical_estimate,
-    transpile_for,
-)
-from kernel_server.workers.devices import (
+from kernel_server.backends.devices import (
     DEFAULT_FLEET,
     SMALL_FLEET,
     UNUSABLE,
@@ -28,6 +19,15 @@ from kernel_server.workers.devices import (
     family_of,
     forget_calibration,
     load_backend,
+)
+from kernel_server.estimator.numerical import (
+    BROKEN_ERROR,
+    CircuitTooWideError,
+    NumericalEstimator,
+    broken_entries,
+    healthy_target,
+    numerical_estimate,
+    transpile_for,
 )
 
 

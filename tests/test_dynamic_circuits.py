@@ -17,7 +17,15 @@ from qiskit.circuit.classical import expr
 from qiskit_ibm_runtime.fake_provider import FakeKolkataV2
 
 import qonductor_jupyter as qj
-from kernel_server.estimator.dynamic import costliest_path, has_control_flow
+from kernel_server.backends import aer_sim
+from kernel_server.backends.devices import (
+    CONTROL_FLOW,
+    SMALL_FLEET,
+    calibration_id,
+    compile_key,
+    load_backend,
+)
+from kernel_server.backends.dynamic import costliest_path, has_control_flow
 from kernel_server.estimator.mitigation import (
     REM,
     TECHNIQUES,
@@ -27,15 +35,8 @@ from kernel_server.estimator.mitigation import (
 )
 from kernel_server.estimator.numerical import fidelity_and_duration, transpile_for
 from kernel_server.estimator.plans import CircuitNotEstimable, estimate, excluded_stacks
-from kernel_server.workers import aer_sim, qpu
-from kernel_server.workers.circuit_identity import dump_circuits
-from kernel_server.workers.devices import (
-    CONTROL_FLOW,
-    SMALL_FLEET,
-    calibration_id,
-    compile_key,
-    load_backend,
-)
+from kernel_server.tasks import qpu
+from kernel_server.wire.circuits import dump_circuits
 
 THETA = 1.1  # the state teleported: ry(THETA)|0>
 

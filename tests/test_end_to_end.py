@@ -431,7 +431,7 @@ def test_deployment_config_restricts_the_qpus(shell):
 def test_badly_signed_messages_are_dropped_and_counted(orchestrator):
     import zmq
 
-    from kernel_server import protocol as P
+    from kernel_server.wire import protocol as P
     from qonductor_jupyter.client import read_connection
 
     before = qj.api._request(P.GetFleet()).data["dropped_messages"]

@@ -14,6 +14,9 @@ from qiskit import QuantumCircuit
 from qiskit.circuit import Parameter
 from qiskit.quantum_info import hellinger_fidelity
 
+from kernel_server.backends.aer_sim import ideal_probabilities
+from kernel_server.backends.devices import SMALL_FLEET, load_backend
+from kernel_server.core.mcdm import dominates
 from kernel_server.estimator import estimate, resource_plans
 from kernel_server.estimator.features import circuit_features
 from kernel_server.estimator.fidelity import (
@@ -39,15 +42,12 @@ from kernel_server.estimator.fidelity_training import (
 from kernel_server.estimator.mitigation import UnknownMitigation, parse_stack
 from kernel_server.estimator.mitigation.stack import run_mitigated_detailed
 from kernel_server.estimator.numerical import CircuitTooWideError
-from kernel_server.estimator.pareto import dominates
 from kernel_server.estimator.plans import (
     PLAN_STACKS,
     CircuitNotEstimable,
     rank_plans,
     templates_for,
 )
-from kernel_server.workers.aer_sim import ideal_probabilities
-from kernel_server.workers.devices import SMALL_FLEET, load_backend
 
 
 def ghz(n: int = 4) -> QuantumCircuit:
@@ -90,6 +90,7 @@ def test_ideal_summary_matches_the_labelled_distribution():
     assert ideal_summary(wide, max_qubits=16) is None
 
 
+@pytest.mark.slow
 def test_per_outcome_combination_of_an_expectation_technique():
     # ZNE extrapolates each outcome's probability: with a linear fit over factors (1, 3) the
     # zero-noise value of p is p1 - (p3 - p1) / 2, outcome by outcome; negative estimates are
@@ -186,6 +187,7 @@ def test_refreshing_features_rebuilds_what_the_runs_saw(tiny_runs, tmp_path):
             assert after[column] == pytest.approx(before[column], rel=1e-9), column
 
 
+@pytest.mark.slow
 def test_training_scores_held_out_families_and_writes_a_loadable_model(tiny_runs, tmp_path):
     rows = load_rows(tiny_runs)
     folds = family_folds(rows, n_splits=3)

@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from kernel_server.fleet import SimulatedQPU, background_arrivals, qpu_runner
-from kernel_server.fleet_config import FleetConfigError, fleet_spec_from_dict, load_fleet_spec
+from kernel_server.fleet.queues import SimulatedQPU, background_arrivals, qpu_runner
+from kernel_server.fleet.spec import FleetConfigError, fleet_spec_from_dict, load_fleet_spec
 
 FLEET_YAML = """\
 simulated: [fake_kolkata, fake_prague]
@@ -111,8 +111,8 @@ def test_recent_busy_time_forgets_runs_older_than_its_window():
 
 
 def test_the_orchestrator_schedules_with_the_fleet_files_balance(tmp_path):
-    from kernel_server.app import Orchestrator
-    from kernel_server.fleet_config import FleetSpec
+    from kernel_server.control.app import Orchestrator
+    from kernel_server.fleet.spec import FleetSpec
 
     async def scenario():
         orch = Orchestrator(tmp_path, FleetSpec(("fake_kolkata",), balance=0.05))

@@ -14,9 +14,9 @@ from qiskit.transpiler import InstructionProperties, generate_preset_pass_manage
 from qiskit_ibm_runtime.fake_provider import FakeLimaV2, FakeManilaV2
 from qiskit_ibm_runtime.models import BackendStatus
 
-from kernel_server.workers import ibm
-from kernel_server.workers.devices import DeviceInfo
-from kernel_server.workers.ibm import (
+from kernel_server.backends import ibm
+from kernel_server.backends.devices import DeviceInfo
+from kernel_server.backends.ibm import (
     DeviceChange,
     IBMDevice,
     IBMDeviceManager,

@@ -5,8 +5,8 @@ import threading
 import pytest
 from helpers import wait_for
 
-from kernel_server import protocol as P
-from kernel_server import users
+from kernel_server.security import users
+from kernel_server.wire import protocol as P
 from qonductor_jupyter import api
 from qonductor_jupyter import client as client_module
 from qonductor_jupyter.errors import QonductorError

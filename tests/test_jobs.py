@@ -2,7 +2,7 @@
 
 import pytest
 
-from kernel_server.jobs import (
+from kernel_server.core.jobs import (
     TRANSITIONS,
     IllegalTransition,
     JobRecord,
@@ -81,6 +81,7 @@ def test_restart_requeue_clears_timings():
 def test_dag_walk_runs_steps_in_dependency_order():
     run = WorkflowRun.new("w", "img", graph([(0, 1), (1, 2)]))
     assert run.ready_steps() == [0]
+    run.start()  # submitted -> running: a workflow is done only once it ran (WORKFLOW_TRANSITIONS)
     for sid in (0, 1, 2):
         assert run.ready_steps() == [sid]
         run.steps[sid].transition(JobState.QUEUED)

@@ -184,6 +184,7 @@ def test_vqe_circuits_and_energy_of_a_known_state() -> None:
     assert energy == pytest.approx(1.0, abs=0.06)
 
 
+@pytest.mark.slow
 def test_vqe_reaches_the_ground_energy() -> None:
     exact = float(np.linalg.eigvalsh(HAMILTONIAN.to_matrix())[0])
     vqe = VQE(real_amplitudes(2, reps=1), HAMILTONIAN, maxiter=50, shots=1000)
@@ -283,7 +284,7 @@ def test_rem_improves_the_ghz_distribution() -> None:
 
 @pytest.fixture(scope="module")
 def kolkata() -> Any:
-    from kernel_server.workers.devices import load_backend
+    from kernel_server.backends.devices import load_backend
 
     return load_backend("fake_kolkata")
 

@@ -26,12 +26,12 @@ if __name__ == "__mp_main__":
     while not os.path.exists(os.environ["LIFELINE_GATE"]):
         time.sleep(0.01)
     if os.environ.get("LIFELINE_NO_PDEATHSIG"):  # only the polling thread is left to notice
-        import kernel_server.workers.lifeline as lifeline
+        import kernel_server.core.lifeline as lifeline
         lifeline.die_with_parent = lambda sig=None: False
 
 
 def main():
-    from kernel_server.compute import LocalCompute
+    from kernel_server.compute.local import LocalCompute
 
     async def start():
         compute = LocalCompute(step_workers=1, qpu_workers=1)

@@ -27,6 +27,8 @@ from qiskit.quantum_info import Operator, SparsePauliOp, Statevector, hellinger_
 from qiskit_aer import AerSimulator
 from qiskit_aer.noise import NoiseModel, coherent_unitary_error
 
+from kernel_server.backends.aer_sim import ideal_counts, ideal_probabilities
+from kernel_server.backends.devices import load_backend
 from kernel_server.estimator.mitigation import (
     DD,
     PEC,
@@ -45,8 +47,6 @@ from kernel_server.estimator.mitigation import (
     run_mitigated,
 )
 from kernel_server.estimator.mitigation.pec import two_qubit_noise_level
-from kernel_server.workers.aer_sim import ideal_counts, ideal_probabilities
-from kernel_server.workers.devices import load_backend
 
 SHOTS = 4000
 SEED = 3

@@ -6,11 +6,11 @@ import asyncio
 import pytest
 from helpers import orchestrator_in
 
-from kernel_server.app import Orchestrator
-from kernel_server.fleet import QueuedJob
-from kernel_server.fleet_config import FleetSpec, IBMFleet
-from kernel_server.jobs import JobRecord
-from kernel_server.workers.ibm import DeviceChange
+from kernel_server.backends.ibm import DeviceChange
+from kernel_server.control.app import Orchestrator
+from kernel_server.core.jobs import JobRecord
+from kernel_server.fleet.queues import QueuedJob
+from kernel_server.fleet.spec import FleetSpec, IBMFleet
 from qonductor_jupyter import api
 
 FLEET = """\
@@ -64,7 +64,7 @@ def test_ibm_changes_reach_the_fleet(tmp_path):
         orch = _orchestrator(tmp_path)
         orch.loop = asyncio.get_running_loop()
         info = await orch.loop.run_in_executor(None, orch.ibm.load)
-        from kernel_server.fleet import SimulatedQPU
+        from kernel_server.fleet.queues import SimulatedQPU
 
         q = orch.qpus["fake_manila"] = SimulatedQPU("fake_manila", info[0])
         q.ema_run_s = 2.0

@@ -164,6 +164,7 @@ def test_the_online_loop_completes_every_job_once_and_decides_fast() -> None:
     assert m["median_decision_ms"] < 50
 
 
+@pytest.mark.slow
 def test_no_job_starves_under_a_stream_that_favours_others() -> None:
     # One long-waiting job that only fits the busiest QPU, while short jobs keep arriving.
     w = workload(n=300, seed=4)
@@ -180,6 +181,7 @@ def test_a_reserved_qpu_starts_nothing_in_its_window_online() -> None:
     assert not any(100.0 <= lo < 400.0 for lo, _ in run.busy_intervals["best"])
 
 
+@pytest.mark.slow
 def test_each_preset_meets_its_target_against_the_baselines_at_a_small_load() -> None:
     # simulate's own workload (circuit pool, mitigation stacks, calibrations), small: 1000 jobs/h
     # for a quarter of an hour on 4 QPUs. benchmarks/scheduler.py checks the targets at 1500-6000.
@@ -222,11 +224,12 @@ def test_each_preset_meets_its_target_against_the_baselines_at_a_small_load() ->
     assert m["fidelity"]["mean_fidelity"] == max(within)
 
 
+@pytest.mark.slow
 def test_the_dispatcher_sends_a_notebook_job_past_a_busy_best_qpu_and_to_it_once_free() -> None:
     import asyncio
 
-    from kernel_server.fleet import QueuedJob, SimulatedQPU, qpu_runner
-    from kernel_server.jobs import JobRecord
+    from kernel_server.core.jobs import JobRecord
+    from kernel_server.fleet.queues import QueuedJob, SimulatedQPU, qpu_runner
     from kernel_server.scheduler.cycle import QPUView
     from kernel_server.scheduler.dispatch import OnlineDispatcher
 
@@ -274,8 +277,8 @@ def test_the_dispatcher_sends_a_notebook_job_past_a_busy_best_qpu_and_to_it_once
 def test_the_dispatcher_holds_a_job_for_busy_queues_and_replans_it_when_one_clears() -> None:
     import asyncio
 
-    from kernel_server.fleet import QueuedJob, SimulatedQPU
-    from kernel_server.jobs import JobRecord
+    from kernel_server.core.jobs import JobRecord
+    from kernel_server.fleet.queues import QueuedJob, SimulatedQPU
     from kernel_server.scheduler.cycle import QPUView
     from kernel_server.scheduler.dispatch import OnlineDispatcher
 

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from kernel_server.estimator.pareto import as_minimization, dominates, pareto_ranks
+from kernel_server.core.mcdm import as_minimization, dominates, pareto_ranks
 from kernel_server.estimator.prices import PriceTable
 
 

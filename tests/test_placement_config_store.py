@@ -2,11 +2,11 @@
 
 import pytest
 
-from kernel_server.config import ConfigError, validate_config
-from kernel_server.jobs import JobState, WorkflowRun, WorkflowState
-from kernel_server.registry import Registry, UnknownImage
+from kernel_server.control.registry import Registry, UnknownImage
+from kernel_server.control.store import Store
+from kernel_server.core.deployment import ConfigError, validate_config
+from kernel_server.core.jobs import JobState, WorkflowRun, WorkflowState
 from kernel_server.scheduler.placement import Candidate, NoCandidate, place
-from kernel_server.store import Store
 
 CANDS = [Candidate("a", 0.90, 30.0), Candidate("b", 0.89, 1.0), Candidate("c", 0.70, 0.0)]
 
@@ -105,7 +105,7 @@ def test_unknown_placement_policy_is_a_config_error():
 def test_store_keeps_plans_and_migrates_older_databases(tmp_path):
     import sqlite3
 
-    from kernel_server.jobs import JobRecord
+    from kernel_server.core.jobs import JobRecord
 
     path = tmp_path / "old.sqlite"
     old = sqlite3.connect(path)  # the jobs table as the first release made it: no plans column

@@ -6,7 +6,7 @@ import stat
 import msgpack
 import pytest
 
-from kernel_server import protocol as P
+from kernel_server.wire import protocol as P
 
 
 def test_round_trip_every_message_type():

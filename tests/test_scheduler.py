@@ -8,6 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
+from kernel_server.core.mcdm import preference_weights, pseudo_weights, select
 from kernel_server.scheduler import SchedulingError, SchedulingProblem, nsga2_schedule
 from kernel_server.scheduler.cycle import (
     CLOUD_TRIGGERS,
@@ -19,9 +20,6 @@ from kernel_server.scheduler.cycle import (
 from kernel_server.scheduler.nsga2 import (
     best_fidelity_assignment,
     earliest_completion_assignment,
-    preference_weights,
-    pseudo_weights,
-    select,
 )
 from kernel_server.scheduler.policies import POLICIES, PolicyState, get_policy
 
@@ -151,6 +149,7 @@ def test_preference_errors_are_clear() -> None:
     assert preference_weights((3, 1)) == (0.75, 0.25)
 
 
+@pytest.mark.slow
 def test_presets_order_jct_and_fidelity() -> None:
     rng = np.random.default_rng(5)
     n, q = 40, 6

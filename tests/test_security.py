@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import qonductor_jupyter as qj
-from kernel_server import protocol as P
+from kernel_server.wire import protocol as P
 from qonductor_jupyter.client import get_client, read_connection
 
 SLOW = "import time\ntime.sleep(20)\nfrom qiskit import QuantumCircuit\nq = QuantumCircuit(1)\n"
@@ -171,6 +171,7 @@ _values = st.recursive(
     body=st.dictionaries(st.text(max_size=16), _values, max_size=6) | _values,
     ts=st.floats(allow_nan=True) | st.text(max_size=5) | st.none(),
 )
+@pytest.mark.slow
 def test_signed_but_malformed_payloads_decode_or_give_a_protocol_error(op, body, ts):
     payload = msgpack.packb({"op": op, "id": "i", "ts": ts, "nonce": "n", "body": body})
     try:

@@ -67,6 +67,7 @@ def test_reserved_qpu_starts_nothing_in_its_window() -> None:
             assert not 100.0 <= lo < 400.0
 
 
+@pytest.mark.slow
 def test_calibration_crossover_moves_waiting_jobs() -> None:
     w = workload(n=150)
     # QPU 0 recalibrates at 5 min and loses a lot: jobs waiting on it are placed again. Without
@@ -105,6 +106,7 @@ def test_background_load_matches_its_utilisation() -> None:
     assert [t for t, _, _ in jobs] == sorted(t for t, _, _ in jobs)
 
 
+@pytest.mark.slow
 def test_simulate_command_writes_results_and_plots(tmp_path, monkeypatch, capsys) -> None:
     from kernel_server.simulation.cli import build_parser, main
 

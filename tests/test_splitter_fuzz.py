@@ -2,6 +2,7 @@
 
 import ast
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -64,6 +65,7 @@ def _check(source: str) -> None:
             assert producer is None or int(producer) < step["id"]
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(SNIPPETS), min_size=1, max_size=8))
 def test_generated_cells_split_or_fail_clearly(statements):

@@ -2,7 +2,7 @@
 
 Each cell runs twice: once as plain Python in one namespace, once split into steps, each step in a
 namespace of its own that holds only what its reads name (from the notebook or from the step that
-produced them, ``kernel_server.dataflow``), in cell order, values travelling by pickle as they do
+produced them, ``core.dataflow``), in cell order, values travelling by pickle as they do
 between workers, the names a step may write handed on, and on an error the names up to the
 failing step kept as the orchestrator keeps them. Both runs must leave the same names with the
 same values and raise the same error at the same line. ``sample``/``estimate`` are pure
@@ -15,11 +15,12 @@ import linecache
 import traceback
 
 import cloudpickle
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernel_server.cell_functions import CELL_MODULE, mark_origin, rebind_cell_functions
-from kernel_server.dataflow import DELETED, cell_outputs, step_inputs
+from kernel_server.core.cell_functions import CELL_MODULE, mark_origin, rebind_cell_functions
+from kernel_server.core.dataflow import DELETED, cell_outputs, step_inputs
 from qonductor_jupyter.splitter import split_cell
 
 FILENAME = "<differential cell>"
@@ -179,6 +180,7 @@ NOTEBOOKS = st.sampled_from([{}, {"a": 5, "rows": [1]}, {"rows": [], "b": 0}])
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+@pytest.mark.slow
 @given(st.lists(statements(), min_size=1, max_size=8), NOTEBOOKS)
 def test_split_cells_leave_what_python_leaves(lines, notebook):
     check("\n".join(lines) + "\n", notebook)

@@ -11,6 +11,8 @@ from qiskit.quantum_info import DensityMatrix, average_gate_fidelity, state_fide
 from qiskit_aer import AerSimulator
 from qiskit_aer.noise import NoiseModel, depolarizing_error, thermal_relaxation_error
 
+from kernel_server.backends.aer_sim import compact_circuit
+from kernel_server.backends.devices import load_backend
 from kernel_server.estimator.features import circuit_features
 from kernel_server.estimator.mitigation.stack import choose_layout, transpile_mitigated
 from kernel_server.estimator.state_noise import (
@@ -18,8 +20,6 @@ from kernel_server.estimator.state_noise import (
     relaxation_fidelity,
     state_log_fidelity,
 )
-from kernel_server.workers.aer_sim import compact_circuit
-from kernel_server.workers.devices import load_backend
 
 
 @pytest.mark.parametrize("seconds,t1,t2", [(60e-9, 100e-6, 80e-6), (660e-9, 287e-6, 160e-6)])
@@ -74,6 +74,7 @@ def _ghz() -> QuantumCircuit:
     return qc
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [_adder_like, _ghz])
 def test_budget_tracks_the_noisy_state_fidelity(make) -> None:
     """exp(budget) against the fidelity of Aer's noisy state (device noise without readout,

@@ -10,6 +10,14 @@ from qiskit import QuantumCircuit
 from qiskit.transpiler import InstructionProperties
 from qiskit_ibm_runtime.fake_provider import FakeAuckland, FakeKolkataV2
 
+from kernel_server.backends.devices import (
+    DEFAULT_FLEET,
+    basis_gates_of,
+    calibration_id,
+    family_of,
+    forget_calibration,
+    load_backend,
+)
 from kernel_server.estimator.features import (
     FEATURE_COLUMNS,
     LOG_FIDELITY_FLOOR,
@@ -31,14 +39,6 @@ from kernel_server.estimator.templates import (
     TemplateNotExecutable,
     TemplateRegistry,
     build_templates,
-)
-from kernel_server.workers.devices import (
-    DEFAULT_FLEET,
-    basis_gates_of,
-    calibration_id,
-    family_of,
-    forget_calibration,
-    load_backend,
 )
 
 FALCONS = ("fake_auckland", "fake_hanoi", "fake_kolkata")

@@ -6,6 +6,10 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.browser
+
 SIDEBAR = "#qonductor-sidebar"
 # The notebook on show: a restored workspace may keep other notebooks open in hidden tabs.
 NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook"

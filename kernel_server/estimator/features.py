@@ -19,7 +19,7 @@ from qiskit import QuantumCircuit
 from qiskit.circuit import Delay, Gate
 from qiskit.transpiler import Target
 
-from kernel_server.estimator.dynamic import costliest_path
+from kernel_server.backends.dynamic import costliest_path
 
 if TYPE_CHECKING:
     import pandas as pd

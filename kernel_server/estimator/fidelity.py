@@ -164,8 +164,8 @@ def ideal_summary(
     """
     from qiskit_aer import AerSimulator
 
-    from kernel_server.estimator.dynamic import has_control_flow
-    from kernel_server.workers.aer_sim import compact_circuit
+    from kernel_server.backends.aer_sim import compact_circuit
+    from kernel_server.backends.dynamic import has_control_flow
 
     if has_control_flow(circuit):
         # Which gates run depends on outcomes within the shot: no one unitary to take it from.
@@ -282,7 +282,7 @@ def circuit_class_features(circuit: QuantumCircuit) -> dict[str, float]:
     0.041 -> 0.037, together with ``routing_overhead``). Control flow counts along its costliest
     branch.
     """
-    from kernel_server.estimator.dynamic import costliest_path
+    from kernel_server.backends.dynamic import costliest_path
     from kernel_server.estimator.mitigation.stack import standard_gates
 
     gates = [

@@ -158,6 +158,8 @@ def run_task(task: Task) -> list[dict[str, Any]]:
     """All rows of one (family, size): unmitigated on a few devices, every stack on one."""
     from qiskit.quantum_info import hellinger_fidelity
 
+    from kernel_server.backends.aer_sim import ideal_probabilities
+    from kernel_server.backends.devices import load_backend
     from kernel_server.estimator.features import circuit_features
     from kernel_server.estimator.fidelity import (
         circuit_class_features,
@@ -171,8 +173,6 @@ def run_task(task: Task) -> list[dict[str, Any]]:
         parse_stack,
         run_mitigated_detailed,
     )
-    from kernel_server.workers.aer_sim import ideal_probabilities
-    from kernel_server.workers.devices import load_backend
 
     circuit = benchmark_circuit(task.family, task.size)
     if circuit is None:
@@ -330,7 +330,7 @@ def _map(
     import multiprocessing
     import os
 
-    from kernel_server.workers.lifeline import start_lifeline
+    from kernel_server.core.lifeline import start_lifeline
 
     # Spawned workers: fork after Aer or BLAS threads start is unsafe. The lifeline ends them
     # when this process is killed (they would otherwise simulate on for minutes as orphans).
@@ -364,6 +364,7 @@ def refresh_feature_columns(path: str | Path, out: str | Path | None = None) -> 
     the run compiled it (deterministic) and described anew; the noisy runs, the expensive part,
     are kept. Writes ``out`` (default: ``path`` itself).
     """
+    from kernel_server.backends.devices import load_backend
     from kernel_server.estimator.features import circuit_features
     from kernel_server.estimator.fidelity import (
         circuit_class_features,
@@ -371,7 +372,6 @@ def refresh_feature_columns(path: str | Path, out: str | Path | None = None) -> 
         ideal_features,
         ideal_summary,
     )
-    from kernel_server.workers.devices import load_backend
 
     rows = load_rows(path)
     compiled: dict[tuple[str, int, str], Any] = {}

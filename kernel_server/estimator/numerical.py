@@ -19,8 +19,8 @@ from qiskit.circuit import Delay
 from qiskit.providers import BackendV2
 from qiskit.transpiler import PassManager, Target, TranspilerError, generate_preset_pass_manager
 
-from kernel_server.estimator.dynamic import costliest_path, has_control_flow
-from kernel_server.workers.devices import compile_key
+from kernel_server.backends.devices import compile_key
+from kernel_server.backends.dynamic import costliest_path, has_control_flow
 
 # An instruction this bad is a dead coupler or qubit, not a noisy one: the fake backends mark
 # broken entries with error 1.0 (FakeSherbrooke ecr(6,5), FakeKingston sx(96), ...).

@@ -28,6 +28,7 @@ import numpy as np
 from qiskit import QuantumCircuit
 from qiskit.providers import BackendV2
 
+from kernel_server.core.mcdm import pareto_ranks
 from kernel_server.estimator.features import CircuitFeatures, circuit_features, runtime_frame
 from kernel_server.estimator.fidelity import (
     TRAINED_STACKS,
@@ -41,7 +42,6 @@ from kernel_server.estimator.fidelity import (
     stack_features,
 )
 from kernel_server.estimator.mitigation.stack import MitigationStack, StackSpec, parse_stack
-from kernel_server.estimator.pareto import pareto_ranks
 from kernel_server.estimator.prices import PriceTable
 
 # The stacks plans are made of: those the fidelity model was trained on.
@@ -156,8 +156,8 @@ _registries: dict[tuple[str, ...], Any] = {}
 def templates_for(fleet: Iterable[str] | None = None) -> dict[str, Any]:
     """Template QPUs of ``fleet`` (default: the simulated default fleet), kept per fleet and
     rebuilt where a member's calibration changed."""
+    from kernel_server.backends.devices import DEFAULT_FLEET
     from kernel_server.estimator.templates import TemplateRegistry
-    from kernel_server.workers.devices import DEFAULT_FLEET
 
     names = tuple(sorted(fleet if fleet is not None else DEFAULT_FLEET))
     with _lock:
@@ -186,7 +186,7 @@ def resolve_backend(backend: Any) -> tuple[str, BackendV2]:
         templates = templates_for()
         if backend in templates:
             return backend, templates[backend].as_backend()
-        from kernel_server.workers.devices import available_backends, load_backend
+        from kernel_server.backends.devices import available_backends, load_backend
 
         try:
             loaded = load_backend(backend)

@@ -41,13 +41,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kernel_server.core.paths import SHARED_DATA_DIR, missing_data
 from kernel_server.estimator.forest import (
     ModelFileError,
     TreeForest,
     load_model_json,
     save_model_json,
 )
-from kernel_server.paths import SHARED_DATA_DIR, missing_data
 
 __all__ = ["ModelFileError", "RuntimeModel", "main", "train_runtime"]
 

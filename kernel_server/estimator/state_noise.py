@@ -135,7 +135,7 @@ def state_log_fidelity(
     """Log of the probability that no harmful error hits the run's state, or None when the
     circuit's active qubits exceed ``max_qubits`` or it holds operations the walk cannot follow
     (control flow, mid-circuit measurement, reset)."""
-    from kernel_server.workers.aer_sim import compact_circuit
+    from kernel_server.backends.aer_sim import compact_circuit
 
     compact = compact_circuit(transpiled)
     circuit, physical = compact.circuit, compact.physical_qubits

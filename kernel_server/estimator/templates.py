@@ -51,8 +51,8 @@ from qiskit.circuit import Gate
 from qiskit.providers import BackendV2, Options, QubitProperties
 from qiskit.transpiler import CouplingMap, InstructionProperties, Target
 
+from kernel_server.backends.devices import calibration_id, family_of, load_backend
 from kernel_server.estimator.numerical import BROKEN_ERROR
-from kernel_server.workers.devices import calibration_id, family_of, load_backend
 
 BackendLike = str | BackendV2
 

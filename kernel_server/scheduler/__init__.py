@@ -5,7 +5,8 @@ pseudo-weights selection. The rest lives in the submodules (``cycle``, ``policie
 ``classical``).
 """
 
-from kernel_server.scheduler.nsga2 import PREFERENCES, ScheduleResult, nsga2_schedule
+from kernel_server.core.mcdm import PREFERENCES
+from kernel_server.scheduler.nsga2 import ScheduleResult, nsga2_schedule
 from kernel_server.scheduler.problem import SchedulingError, SchedulingProblem
 
 __all__ = [

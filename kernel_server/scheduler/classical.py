@@ -26,18 +26,20 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from kernel_server.core.resources import (
+    ClassicalRequest,
+    cores_text,
+    is_number,
+    labels_text,
+    number_text,
+)
 from kernel_server.scheduler.classical_nodes import (
     _EPS,
     ClassicalNode,
-    ClassicalRequest,
     NodeUsage,
-    _cores,
     _free_accelerators,
     _free_cores,
     _free_memory,
-    _is_number,
-    _labels,
-    _num,
     local_node,
     simulated_nodes,
 )
@@ -67,7 +69,7 @@ def fits_cores(request: ClassicalRequest, node: ClassicalNode, usage: NodeUsage)
     free = _free_cores(node, usage)
     if request.cores <= free:
         return None
-    return f"needs {_cores(request.cores)}, {max(free, 0)} of {node.cores} free"
+    return f"needs {cores_text(request.cores)}, {max(free, 0)} of {node.cores} free"
 
 
 def fits_memory(request: ClassicalRequest, node: ClassicalNode, usage: NodeUsage) -> str | None:
@@ -75,8 +77,8 @@ def fits_memory(request: ClassicalRequest, node: ClassicalNode, usage: NodeUsage
     if request.memory_gb <= free + _EPS:
         return None
     return (
-        f"needs {_num(request.memory_gb)} GB memory, "
-        f"{_num(max(free, 0.0))} of {_num(node.memory_gb)} GB free"
+        f"needs {number_text(request.memory_gb)} GB memory, "
+        f"{number_text(max(free, 0.0))} of {number_text(node.memory_gb)} GB free"
     )
 
 
@@ -221,7 +223,7 @@ def _check_scoring(scoring: Mapping[str, float]) -> None:
         known = ", ".join(SCORERS)
         raise ValueError(f"unknown scorer {', '.join(map(repr, unknown))}; known: {known}")
     for name, weight in scoring.items():
-        if not _is_number(weight) or not math.isfinite(weight) or weight < 0:
+        if not is_number(weight) or not math.isfinite(weight) or weight < 0:
             raise ValueError(
                 f"scorer {name!r} weight must be a non-negative number, got {weight!r}"
             )
@@ -255,12 +257,12 @@ def _no_feasible_message(
         asks.append(f"fewer (or no) {request.accelerator}")
     if "node-selector" in failed_filters:
         asks.append("a looser node_selector")
-    need = [_cores(request.cores), f"{_num(request.memory_gb)} GB memory"]
+    need = [cores_text(request.cores), f"{number_text(request.memory_gb)} GB memory"]
     if request.accelerator is not None:
         need.append(f"{request.accelerator_count} free {request.accelerator}")
     add = "add a node with at least " + ", ".join(need)
     if request.node_selector:
-        add += f", labelled {_labels(request.node_selector)}"
+        add += f", labelled {labels_text(request.node_selector)}"
     ask = ""
     if asks:
         listed = asks[0] if len(asks) == 1 else ", ".join(asks[:-1]) + " or " + asks[-1]

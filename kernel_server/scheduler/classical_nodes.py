@@ -14,38 +14,18 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from kernel_server.core.resources import (
+    ClassicalRequest,
+    check_str_mapping,
+    cores_text,
+    is_int,
+    is_number,
+    number_text,
+)
+
 # Memory is a float; sums of reservations drift by a few ulps, which must not turn "exactly full"
 # into "over by 1e-15".
 _EPS = 1e-9
-
-
-def _is_int(value: object) -> bool:
-    # bool is an int subclass, but True cores is a caller bug, not one core.
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _num(value: float) -> str:
-    """A number as a person would write it: 16 not 16.0, 3.5 not 3.5000000001."""
-    return f"{round(value, 2):g}"
-
-
-def _cores(n: int) -> str:
-    return f"{n} core" if n == 1 else f"{n} cores"
-
-
-def _check_str_mapping(what: str, mapping: Mapping[str, str]) -> None:
-    for key, value in mapping.items():
-        if not isinstance(key, str) or not key or not isinstance(value, str):
-            raise ValueError(
-                f"{what} must map non-empty strings to strings, got {key!r}: {value!r}"
-            )
-
-
-# --------------------------------------------------------------------------- nodes and requests
 
 
 @dataclass(frozen=True)
@@ -63,12 +43,12 @@ class ClassicalNode:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"a classical node needs a non-empty name, got {self.name!r}")
-        if not _is_int(self.cores) or self.cores < 1:
+        if not is_int(self.cores) or self.cores < 1:
             raise ValueError(
                 f"node {self.name!r}: cores must be a positive integer, got {self.cores!r}"
             )
         if (
-            not _is_number(self.memory_gb)
+            not is_number(self.memory_gb)
             or not math.isfinite(self.memory_gb)
             or self.memory_gb <= 0
         ):
@@ -76,12 +56,12 @@ class ClassicalNode:
                 f"node {self.name!r}: memory_gb must be a positive number, got {self.memory_gb!r}"
             )
         for kind, count in self.accelerators.items():
-            if not isinstance(kind, str) or not kind or not _is_int(count) or count < 0:
+            if not isinstance(kind, str) or not kind or not is_int(count) or count < 0:
                 raise ValueError(
                     f"node {self.name!r}: accelerators must map a kind to a non-negative count, "
                     f"got {kind!r}: {count!r}"
                 )
-        _check_str_mapping(f"node {self.name!r}: labels", self.labels)
+        check_str_mapping(f"node {self.name!r}: labels", self.labels)
         # Own copies: the node is frozen, so a caller's later edit to its dict must not leak in.
         object.__setattr__(self, "accelerators", dict(self.accelerators))
         object.__setattr__(self, "labels", dict(self.labels))
@@ -102,74 +82,6 @@ class ClassicalNode:
     @property
     def has_accelerators(self) -> bool:
         return any(count > 0 for count in self.accelerators.values())
-
-
-@dataclass(frozen=True)
-class ClassicalRequest:
-    """What one classical job needs from the node it runs on."""
-
-    cores: int = 1
-    memory_gb: float = 0.5
-    accelerator: str | None = None
-    # Only meaningful when ``accelerator`` is set; a job without one asks for no accelerators.
-    accelerator_count: int = 1
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not _is_int(self.cores) or self.cores < 1:
-            raise ValueError(
-                f"a classical job needs a positive whole number of cores, got {self.cores!r}"
-            )
-        if (
-            not _is_number(self.memory_gb)
-            or not math.isfinite(self.memory_gb)
-            or self.memory_gb < 0
-        ):
-            raise ValueError(
-                f"memory_gb must be a non-negative number of GB, got {self.memory_gb!r}"
-            )
-        if self.accelerator is not None:
-            if not isinstance(self.accelerator, str) or not self.accelerator:
-                raise ValueError(
-                    f"accelerator must be a kind such as 'gpu' or None, got {self.accelerator!r}"
-                )
-            if not _is_int(self.accelerator_count) or self.accelerator_count < 1:
-                raise ValueError(
-                    f"accelerator_count must be a positive integer when accelerator="
-                    f"{self.accelerator!r}, got {self.accelerator_count!r}"
-                )
-        _check_str_mapping("node_selector", self.node_selector)
-        object.__setattr__(self, "node_selector", dict(self.node_selector))
-
-    def __hash__(self) -> int:
-        return hash(
-            (
-                self.cores,
-                self.memory_gb,
-                self.accelerator,
-                self.accelerators_needed,
-                tuple(sorted(self.node_selector.items())),
-            )
-        )
-
-    @property
-    def accelerators_needed(self) -> int:
-        """How many accelerators the job takes: ``accelerator_count``, or 0 without a kind."""
-        return self.accelerator_count if self.accelerator is not None else 0
-
-    def describe(self) -> str:
-        """The request in words, for error messages and logs."""
-        parts = [_cores(self.cores), f"{_num(self.memory_gb)} GB memory"]
-        if self.accelerator is not None:
-            parts.append(f"{self.accelerator_count} {self.accelerator}")
-        text = ", ".join(parts)
-        if self.node_selector:
-            text += " on nodes labelled " + _labels(self.node_selector)
-        return text
-
-
-def _labels(labels: Mapping[str, str]) -> str:
-    return ", ".join(f"{key}={value}" for key, value in labels.items())
 
 
 @dataclass
@@ -193,11 +105,13 @@ class NodeUsage:
         # Releasing more than was reserved means the bookkeeping is already wrong; failing loudly
         # here beats letting usage go negative and over-placing later.
         if request.cores > self.cores:
-            raise ValueError(f"cannot release {_cores(request.cores)}: only {self.cores} reserved")
+            raise ValueError(
+                f"cannot release {cores_text(request.cores)}: only {self.cores} reserved"
+            )
         if request.memory_gb > self.memory_gb + _EPS:
             raise ValueError(
-                f"cannot release {_num(request.memory_gb)} GB memory: "
-                f"only {_num(self.memory_gb)} GB reserved"
+                f"cannot release {number_text(request.memory_gb)} GB memory: "
+                f"only {number_text(self.memory_gb)} GB reserved"
             )
         kind = request.accelerator
         if kind is not None and request.accelerator_count > self.accelerators.get(kind, 0):
@@ -284,7 +198,7 @@ def simulated_nodes(count: int, seed: int = 0) -> list[ClassicalNode]:
     64-256 GB) and GPU VMs (``gpu-i``: 1, 2 or 4 GPUs). With ``count >= 3`` there is at least one
     of each. The same ``(count, seed)`` always gives the same nodes.
     """
-    if not _is_int(count) or count < 0:
+    if not is_int(count) or count < 0:
         raise ValueError(f"count must be a non-negative integer, got {count!r}")
     rng = random.Random(seed)
     kinds = list(_SIM_KINDS[:count])

@@ -18,23 +18,14 @@ Two additions of ours, both measured in ``benchmarks/scheduler.py``:
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from kernel_server.estimator.pareto import front_2d
+from kernel_server.core.mcdm import front_2d, preference_weights, select
 from kernel_server.scheduler.problem import SchedulingError, SchedulingProblem
 
-# Preference vectors over (mean JCT, mean error), as pseudo-weights: the share of its range an
-# objective is improved from the worst solution of the front. "fidelity" asks for a schedule close
-# to the best error, "jct" for one close to the best JCT.
-PREFERENCES: dict[str, tuple[float, float]] = {
-    "jct": (0.85, 0.15),
-    "balanced": (0.5, 0.5),
-    "fidelity": (0.15, 0.85),
-}
 POPULATION = 100
 MAX_GENERATIONS = 80
 MAX_EVALUATIONS = 20_000
@@ -65,60 +56,6 @@ class ScheduleResult:
     @property
     def objectives(self) -> np.ndarray:
         return self.front[self.chosen]
-
-
-def preference_weights(
-    preference: str | Sequence[float] | Mapping[str, float],
-) -> tuple[float, float]:
-    """(JCT, error) weights from a preset name, a pair, or {"jct": a, "fidelity": b}."""
-    if isinstance(preference, str):
-        try:
-            return PREFERENCES[preference]
-        except KeyError:
-            known = ", ".join(PREFERENCES)
-            raise ValueError(
-                f"unknown preference {preference!r}; use one of {known} or explicit weights "
-                "such as {'jct': 0.7, 'fidelity': 0.3}"
-            ) from None
-    if isinstance(preference, Mapping):
-        unknown = set(preference) - {"jct", "fidelity"}
-        if unknown:
-            raise ValueError(f"preference weights are 'jct' and 'fidelity', not {sorted(unknown)}")
-        pair = (float(preference.get("jct", 0.0)), float(preference.get("fidelity", 0.0)))
-    else:
-        values = [float(v) for v in preference]
-        if len(values) != 2:
-            raise ValueError(f"a preference vector has two weights (JCT, fidelity), got {values}")
-        pair = (values[0], values[1])
-    if min(pair) < 0 or sum(pair) <= 0:
-        raise ValueError(f"preference weights must be non-negative and not both 0, got {pair}")
-    total = sum(pair)
-    return (pair[0] / total, pair[1] / total)
-
-
-def pseudo_weights(front: np.ndarray) -> np.ndarray:
-    """(K, M) pseudo-weights of a front of minimised objectives (paper eq. 2).
-
-    Each objective's distance from its worst value on the front, normalised by the front's range on
-    it, then normalised to sum to one per solution. An objective with no range (all solutions
-    equal on it) carries no preference: it gets weight 0. A one-point front gets equal weights.
-    """
-    f = np.asarray(front, dtype=float)
-    if f.ndim != 2 or len(f) == 0:
-        raise ValueError("pseudo_weights needs a non-empty (K, M) front")
-    span = f.max(axis=0) - f.min(axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        closeness = np.where(span > 0, (f.max(axis=0) - f) / np.where(span > 0, span, 1), 0.0)
-    total = closeness.sum(axis=1, keepdims=True)
-    equal = np.full_like(closeness, 1.0 / f.shape[1])
-    return np.where(total > 0, closeness / np.where(total > 0, total, 1), equal)
-
-
-def select(front: np.ndarray, preference: Any = "balanced") -> int:
-    """Index of the front's solution whose pseudo-weights are closest (L1) to the preference."""
-    weights = np.asarray(preference_weights(preference))
-    distance = np.abs(pseudo_weights(front) - weights).sum(axis=1)
-    return int(np.argmin(distance))
 
 
 # --------------------------------------------------------------------------------------------

@@ -38,15 +38,13 @@ from typing import Any
 
 import numpy as np
 
-from kernel_server.estimator.pareto import front_2d
+from kernel_server.core.mcdm import front_2d, preference_weights, pseudo_weights
 from kernel_server.scheduler.nsga2 import (
     EXACT_LIMIT,
     _repair_to_feasible,
     all_assignments,
     best_fidelity_assignment,
     nsga2_schedule,
-    preference_weights,
-    pseudo_weights,
 )
 from kernel_server.scheduler.problem import SchedulingProblem
 

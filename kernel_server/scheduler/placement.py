@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from kernel_server.core.deployment import DEFAULT_PLACEMENT
+
 PRIORITY_TOLERANCE = {"fidelity": 0.0, "balanced": 0.02, "jct": 0.10}
 
 
@@ -61,7 +63,6 @@ PLACEMENT_POLICIES: Mapping[str, Callable[[list[Candidate], str], Candidate]] = 
     "fidelity-tolerance": fidelity_tolerance,
     "least-busy": least_busy,
 }
-DEFAULT_PLACEMENT = "qonductor"
 
 
 def place(

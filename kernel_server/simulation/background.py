@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernel_server.paths import SHARED_DATA_DIR
+from kernel_server.core.paths import SHARED_DATA_DIR
 
 MEAN_BACKGROUND_S = 4.0  # seconds per background job (log-normal, sigma 0.5)
 MAX_UTILISATION = 0.9  # no QPU is saturated by background work alone

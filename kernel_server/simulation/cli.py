@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kernel_server.scheduler.nsga2 import PREFERENCES
+from kernel_server.core.mcdm import PREFERENCES
 from kernel_server.scheduler.policies import POLICIES
 
 if TYPE_CHECKING:

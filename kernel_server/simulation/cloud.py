@@ -213,7 +213,7 @@ def _drifted(fidelity: Any, factor: Any) -> Any:
 def _drift_sigma() -> float:
     """Spread of a QPU's log-error from one daily calibration to the next (ibm_perth, 2023H1);
     read once per process (every policy's run uses it)."""
-    from kernel_server.paths import SHARED_DATA_DIR
+    from kernel_server.core.paths import SHARED_DATA_DIR
 
     path = SHARED_DATA_DIR / "ibm_perth_calibrations_2023H1.jsonl.gz"
     if not path.exists():

@@ -28,7 +28,7 @@ def write_plots(runs: dict[str, Any], workload: Any, folder: Path) -> list[Path]
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from kernel_server.scheduler.nsga2 import PREFERENCES, select
+    from kernel_server.core.mcdm import PREFERENCES, select
 
     folder.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []

@@ -112,7 +112,7 @@ class Workload:
 
 
 def sim_qpus(count: int) -> list[SimQPU]:
-    from kernel_server.workers.devices import family_of, load_backend
+    from kernel_server.backends.devices import family_of, load_backend
 
     if not 1 <= count <= len(SIM_DEVICES):
         raise ValueError(f"--qpus must be between 1 and {len(SIM_DEVICES)}, got {count}")
@@ -124,14 +124,14 @@ def sim_qpus(count: int) -> list[SimQPU]:
 
 
 def _cache_dir() -> Path:
-    from kernel_server.protocol import qonductor_home
+    from kernel_server.wire.protocol import qonductor_home
 
     return qonductor_home() / "cache"
 
 
 def _pool_key(qpus: list[SimQPU]) -> str:
+    from kernel_server.backends.devices import calibration_id, load_backend
     from kernel_server.estimator.fidelity import DEFAULT_MODEL_PATH
-    from kernel_server.workers.devices import calibration_id, load_backend
 
     parts = [f"{q.name}:{calibration_id(load_backend(q.name))}" for q in qpus]
     parts += [f"{f}/{s}" for f, s in POOL] + list(STACKS)
@@ -145,9 +145,9 @@ def circuit_pool(qpus: list[SimQPU], log: Any = None) -> dict[str, Any]:
     path = _cache_dir() / f"sim_pool_{_pool_key(qpus)}.json"
     if path.exists():
         return json.loads(path.read_text())
+    from kernel_server.backends.devices import load_backend
     from kernel_server.estimator.fidelity_data import benchmark_circuit
     from kernel_server.estimator.plans import resource_plans
-    from kernel_server.workers.devices import load_backend
 
     backends = [load_backend(q.name) for q in qpus]
     pool: dict[str, Any] = {}

@@ -14,7 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from kernel_server import protocol as P
+from kernel_server.wire import protocol as P
 
 from ..client import Client, OrchestratorUnavailable, Subscription, pid_alive, read_connection
 

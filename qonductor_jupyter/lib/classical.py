@@ -178,7 +178,7 @@ def _check_results(mitigated: Any, counts_list: Any, technique: str, caller: str
 
 
 def _resolve_backend(backend: BackendV2 | str) -> BackendV2:
-    from kernel_server.workers.devices import load_backend
+    from kernel_server.backends.devices import load_backend
 
     if isinstance(backend, str):
         return load_backend(backend)

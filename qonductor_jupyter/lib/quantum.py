@@ -357,7 +357,7 @@ class VQE:
         shots: int = 1000,
         seed: int = 0,
     ) -> None:
-        from kernel_server.workers.expectation import as_observable, measurement_circuits
+        from kernel_server.backends.observables import as_observable, measurement_circuits
 
         self.ansatz = _check_ansatz(ansatz)
         if isinstance(observable, Pauli):
@@ -410,7 +410,7 @@ class VQE:
 
     def energy(self, params: Sequence[float], counts_list: Sequence[Counts]) -> float:
         """<observable> from the counts of ``circuits(params)``, in the same order."""
-        from kernel_server.workers.expectation import expectation_from_counts
+        from kernel_server.backends.observables import expectation_from_counts
 
         self._check_params(params)
         if isinstance(counts_list, Mapping):

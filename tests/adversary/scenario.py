@@ -66,8 +66,12 @@ def main() -> int:
     os.environ["QONDUCTOR_HOME"] = str(home)
     (home / "fleet.yaml").write_text(FLEET)
 
-    from kernel_server import protocol as P
-    from kernel_server import users
+    try:
+        from kernel_server.security import users
+        from kernel_server.wire import protocol as P
+    except ImportError:  # the flat layout of the commits before the role packages
+        from kernel_server import protocol as P  # type: ignore[no-redef]
+        from kernel_server import users  # type: ignore[no-redef]
     from qonductor_jupyter import api
     from qonductor_jupyter import client as client_module
 

@@ -39,7 +39,7 @@ from qiskit import QuantumCircuit
 from qiskit.circuit import Measure
 from qiskit.quantum_info import Pauli, SparsePauliOp
 
-from kernel_server.estimator.dynamic import has_control_flow
+from kernel_server.backends.dynamic import has_control_flow
 
 __all__ = [
     "TECHNIQUES",

@@ -49,7 +49,7 @@ from kernel_server.estimator.mitigation.base import (
     measurement_map,
     normalize,
 )
-from kernel_server.workers.circuit_identity import fingerprint
+from kernel_server.wire.circuits import fingerprint
 
 # The device helpers (qiskit_ibm_runtime, qiskit_aer: 1-3 s) are imported inside the functions that
 # use them, so that importing the mitigation package stays cheap.
@@ -425,8 +425,8 @@ def _cached(cache: OrderedDict, key: Any, build: Any) -> Any:
 
 def _target(backend: BackendV2) -> Target:
     """The device target without broken couplers and qubits (see numerical.healthy_target)."""
+    from kernel_server.backends.devices import compile_key
     from kernel_server.estimator.numerical import broken_entries, healthy_target
-    from kernel_server.workers.devices import compile_key
 
     key = compile_key(backend)
     with _lock:
@@ -446,8 +446,8 @@ def choose_layout(circuit: QuantumCircuit, backend: BackendV2, seed: int = 0) ->
     (a chain of CX and its mirror image vanishes), so its layout can fit a smaller circuit than
     the level-0 one that actually runs and force routing there. Here the init stage is level 0's.
     """
+    from kernel_server.backends.devices import compile_key
     from kernel_server.estimator.numerical import check_width
-    from kernel_server.workers.devices import compile_key
 
     check_width(circuit, backend)
     target = _target(backend)
@@ -480,7 +480,7 @@ def transpile_mitigated(
     stage does not take control flow, so a dynamic circuit is never scheduled: its idle windows
     go without relaxation, as ``AerSimulator.from_backend`` runs it too.
     """
-    from kernel_server.workers.devices import compile_key
+    from kernel_server.backends.devices import compile_key
 
     schedule = schedule and not has_control_flow(circuit)
     key = (compile_key(backend), tuple(layout), schedule, seed)
@@ -553,7 +553,7 @@ def run_mitigated_detailed(
     ``per_outcome`` returns the mitigated outcome distribution of any stack without cutting
     (:meth:`MitigationStack.combine_distribution`) instead of an expectation value. ``layout``
     fixes the physical qubits of the job's circuit (default: :func:`choose_layout`'s)."""
-    from kernel_server.workers.aer_sim import noisy_probabilities, run_noisy
+    from kernel_server.backends.aer_sim import noisy_probabilities, run_noisy
 
     mitigation = parse_stack(stack)
     plan = mitigation.construct(circuit, observable, per_outcome=per_outcome)

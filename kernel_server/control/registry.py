@@ -1,0 +1,144 @@
+"""Workflow registry: hybrid workflow images on disk.
+
+An image is a folder ``images/<image_id>/`` with ``image.json`` (name, source, split graph, config,
+deployment config) and ``bound.msgpack`` (objects bound into the image, e.g. the step functions
+of the function-list form). The id is a content hash, so re-running the same cell reuses its image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from kernel_server.core.deployment import validate_config
+
+# What create() makes; anything else (a path, "..") names no image.
+IMAGE_ID = re.compile(r"^img-[0-9a-f]{12}$")
+
+
+class UnknownImage(KeyError):
+    def __str__(self) -> str:
+        return f"no workflow image {self.args[0]!r}; list them with list_images()"
+
+
+@dataclass
+class Image:
+    id: str
+    name: str
+    source: str
+    graph: dict[str, Any]
+    config: dict[str, Any]
+    created_at: float
+    deployed: dict[str, Any] | None = None
+    bound_names: list[str] = field(default_factory=list)
+    owner: str = ""  # the shared orchestrator's user who created it ("": its owner)
+
+    def summary(self) -> dict[str, Any]:
+        steps = self.graph.get("steps", [])
+        return {
+            "id": self.id,
+            "name": self.name,
+            "created_at": self.created_at,
+            "deployed": self.deployed is not None,
+            "steps": len(steps),
+            "quantum_steps": sum(1 for s in steps if s["kind"] != "classical"),
+            "inputs": [n for n in self.graph.get("inputs", []) if n not in self.bound_names],
+            "outputs": sorted(self.graph.get("outputs", {})),
+            "config": self.config,
+        }
+
+
+class Registry:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def create(
+        self,
+        source: str,
+        graph: dict[str, Any],
+        config: dict[str, Any],
+        name: str | None,
+        bound: dict[str, bytes],
+        owner: str = "",
+    ) -> Image:
+        config = validate_config(config)
+        digest = hashlib.sha256()
+        # Each user's images are their own: the same cell of two users makes two images.
+        digest.update(f"{owner}\0".encode() if owner else b"")
+        digest.update(source.encode())
+        digest.update(json.dumps(config, sort_keys=True).encode())
+        # The name is part of what the image is: the same cell run unnamed after a --name run
+        # must not carry that name.
+        digest.update((name or "").encode())
+        for key in sorted(bound):
+            digest.update(key.encode())
+            digest.update(bound[key])
+        image_id = "img-" + digest.hexdigest()[:12]
+        folder = self.root / image_id
+        if (folder / "image.json").exists():
+            return self.get(image_id, owner)
+        image = Image(
+            id=image_id,
+            name=name or f"workflow-{image_id[4:10]}",
+            source=source,
+            graph=graph,
+            config=config,
+            created_at=time.time(),
+            bound_names=sorted(bound),
+            owner=owner,
+        )
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "bound.msgpack").write_bytes(msgpack.packb(bound, use_bin_type=True))
+        self._write(image)
+        return image
+
+    def _write(self, image: Image) -> None:
+        path = self.root / image.id / "image.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(image), indent=1))
+        os.replace(tmp, path)
+
+    def get(self, image_id: str, owner: str | None = None) -> Image:
+        """The image; a user (``owner`` not None nor "") finds only their own."""
+        if not IMAGE_ID.match(image_id):
+            raise UnknownImage(image_id)
+        path = self.root / image_id / "image.json"
+        if not path.is_file():
+            raise UnknownImage(image_id)
+        image = Image(**json.loads(path.read_text()))
+        if owner and image.owner != owner:
+            raise UnknownImage(image_id)
+        return image
+
+    def bound(self, image_id: str) -> dict[str, bytes]:
+        path = self.root / image_id / "bound.msgpack"
+        return msgpack.unpackb(path.read_bytes(), raw=False) if path.is_file() else {}
+
+    def deploy(
+        self, image_id: str, config: dict[str, Any] | None, owner: str | None = None
+    ) -> Image:
+        image = self.get(image_id, owner)
+        merged = validate_config({**image.config, **(config or {})})
+        image.deployed = merged
+        self._write(image)
+        return image
+
+    def list(self, owner: str | None = None) -> list[Image]:
+        images = []
+        for path in sorted(self.root.glob("*/image.json")):
+            try:
+                images.append(Image(**json.loads(path.read_text())))
+            except (OSError, ValueError, TypeError):
+                continue  # a half-written or foreign folder is not an image
+        if owner:
+            images = [i for i in images if i.owner == owner]
+        return sorted(images, key=lambda i: i.created_at)

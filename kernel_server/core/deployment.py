@@ -1,0 +1,133 @@
+"""Deployment configuration of a workflow image (the dict or YAML a user passes).
+
+Example::
+
+    qpu: {min_qubits: 20, families: [Eagle]}
+    shots: 4000
+    priority: balanced
+
+Unknown keys are refused with the list of known ones, so a typo never silently does nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kernel_server.core.resources import ClassicalRequest
+
+PRIORITIES = ("fidelity", "balanced", "jct")
+# The per-job QPU placement rules a workflow may name (kernel_server.scheduler.placement implements
+# them, and a test checks that the two agree): named here so that a config is checked without
+# importing the scheduler.
+PLACEMENT_POLICIES = ("qonductor", "highest-fidelity", "fidelity-tolerance", "least-busy")
+DEFAULT_PLACEMENT = "qonductor"
+
+
+class ConfigError(ValueError):
+    pass
+
+
+_QPU_KEYS = {
+    "min_qubits": int,
+    "max_qubits": int,
+    "families": list,
+    "backends": list,
+}
+# What each classical step of the workflow needs from the node it runs on.
+_CLASSICAL_KEYS = {
+    "cores": int,
+    "memory_gb": (int, float),
+    "accelerator": str,
+    "accelerator_count": int,
+    "node_selector": dict,
+}
+_TOP_KEYS = {
+    "qpu": dict,
+    "classical": dict,
+    "shots": int,
+    "priority": str,
+    "seed": int,
+    "timeout_s": (int, float),
+    # Stop a step that runs longer (capped by the orchestrator's limits.step_timeout_s).
+    "step_timeout_s": (int, float),
+    "placement": str,
+    "plan": (str, int),
+}
+
+DEFAULT_SHOTS = 4000
+
+
+def load_config(config: dict[str, Any] | str | Path | None) -> dict[str, Any]:
+    """Accept a dict, a path to a YAML file, or None."""
+    if config is None:
+        return {}
+    if isinstance(config, (str, Path)):
+        import yaml
+
+        path = Path(config)
+        if not path.is_file():
+            raise ConfigError(f"configuration file {str(path)!r} does not exist")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path} must hold a mapping, not {type(data).__name__}")
+        return validate_config(data)
+    if not isinstance(config, dict):
+        raise ConfigError(f"config must be a dict or a YAML file path, not {type(config).__name__}")
+    return validate_config(config)
+
+
+def _check(section: str, data: dict[str, Any], schema: dict[str, Any]) -> None:
+    for key, value in data.items():
+        if key not in schema:
+            known = ", ".join(sorted(schema))
+            raise ConfigError(f"unknown option {section}{key!r}; known options: {known}")
+        expected = schema[key]
+        if isinstance(value, bool) or not isinstance(value, expected):
+            names = (
+                expected.__name__
+                if isinstance(expected, type)
+                else "/".join(t.__name__ for t in expected)
+            )
+            raise ConfigError(f"option {section}{key!r} must be {names}, got {value!r}")
+
+
+def validate_config(config: dict[str, Any]) -> dict[str, Any]:
+    config = dict(config or {})
+    _check("", config, _TOP_KEYS)
+    if "qpu" in config:
+        _check("qpu.", config["qpu"], _QPU_KEYS)
+        mq = config["qpu"].get("min_qubits")
+        if mq is not None and mq < 1:
+            raise ConfigError("qpu.min_qubits must be at least 1")
+    if "classical" in config:
+        _check("classical.", config["classical"], _CLASSICAL_KEYS)
+        try:
+            classical_request(config["classical"])
+        except ValueError as exc:
+            raise ConfigError(f"classical: {exc}") from None
+    if "shots" in config and not 1 <= config["shots"] <= 1_000_000:
+        raise ConfigError(f"shots must be between 1 and 1000000, got {config['shots']}")
+    if "placement" in config:
+        if config["placement"] not in PLACEMENT_POLICIES:
+            known = ", ".join(PLACEMENT_POLICIES)
+            raise ConfigError(f"unknown placement policy {config['placement']!r}; known: {known}")
+    if "plan" in config:
+        from kernel_server.core.plans import PlanChoiceError, parse_plan_option
+
+        try:
+            config["plan"] = parse_plan_option(config["plan"])
+        except PlanChoiceError as exc:
+            raise ConfigError(str(exc)) from None
+    if "step_timeout_s" in config and not config["step_timeout_s"] > 0:
+        raise ConfigError(f"step_timeout_s must be positive, got {config['step_timeout_s']}")
+    if "priority" in config and config["priority"] not in PRIORITIES:
+        raise ConfigError(
+            f"priority must be one of {', '.join(PRIORITIES)}, got {config['priority']!r}"
+        )
+    return config
+
+
+def classical_request(section: dict[str, Any] | None) -> Any:
+    """The ClassicalRequest of a workflow's ``classical:`` section (defaults: 1 core, 0.5 GB)."""
+    return ClassicalRequest(**(section or {}))

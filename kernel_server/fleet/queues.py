@@ -1,0 +1,182 @@
+"""The simulated QPU fleet as the orchestrator sees it: one FIFO queue and one runner per QPU.
+
+A QPU runs one job at a time, like the real thing; the job itself executes on Aer with the device's
+noise in a QPU worker process. Queue and run times are measured wall-clock times of this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernel_server.core.jobs import JobRecord
+from kernel_server.scheduler.cycle import BALANCE_WINDOW_S
+
+
+@dataclass
+class QueuedJob:
+    job: JobRecord
+    transpiled: bytes
+    shots: int
+    seed: int | None
+    done: asyncio.Future
+    mitigation: str | None = None  # the chosen plan's stack; None runs the transpiled circuits
+    circuits: bytes | None = None  # the step's own circuits, which a mitigation stack rebuilds
+    # Another user's job (background load): it only occupies the QPU for this many seconds.
+    background_s: float | None = None
+
+
+@dataclass
+class SimulatedQPU:
+    name: str
+    info: dict[str, Any]
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    running: QueuedJob | None = None
+    running_since: float | None = None
+    # Exponential moving average of job run time: what the next queued job is expected to take.
+    ema_run_s: float = 1.0
+    jobs_done: int = 0
+    busy_s: float = 0.0
+    online: bool = True
+    # Other users' jobs waiting on a real QPU (IBM's status().pending_jobs); we cannot see them
+    # in our queue, but a job placed there waits for them.
+    external_pending: int = 0
+    # (end time, seconds) of the runs of the last hour, for load balancing (fleet.yaml scheduler:)
+    recent_runs: deque = field(default_factory=deque)
+
+    @property
+    def num_qubits(self) -> int:
+        return int(self.info["num_qubits"])
+
+    @property
+    def family(self) -> str:
+        return str(self.info["family"])
+
+    def queue_length(self) -> int:
+        return self.queue.qsize() + (1 if self.running else 0) + self.external_pending
+
+    def expected_wait_s(self) -> float:
+        wait = (self.queue.qsize() + self.external_pending) * self.ema_run_s
+        if self.running and self.running_since is not None:
+            wait += max(0.0, self.ema_run_s - (time.time() - self.running_since))
+        return wait
+
+    def position_of(self, job_id: str) -> tuple[int, float] | None:
+        """(jobs ahead, estimated seconds until it starts) of a job waiting in this queue."""
+        # asyncio.Queue has no public way to look inside; its deque is read, never changed.
+        waiting = [item.job.id for item in self.queue._queue if not item.job.state.final]  # type: ignore[attr-defined]
+        if job_id not in waiting:
+            return None
+        ahead = waiting.index(job_id)
+        start = ahead * self.ema_run_s
+        if self.running and self.running_since is not None:
+            start += max(0.0, self.ema_run_s - (time.time() - self.running_since))
+        return ahead, start
+
+    def fail_waiting(self, reason: str) -> None:
+        """The QPU leaves the fleet: the job on it and every job in its queue fail with why."""
+        items = [self.running] if self.running is not None else []
+        while not self.queue.empty():
+            items.append(self.queue.get_nowait())
+        for item in items:
+            if not item.done.done():
+                item.done.set_exception(RuntimeError(reason))
+
+    def record_run(self, seconds: float) -> None:
+        self.jobs_done += 1
+        self.busy_s += seconds
+        self.recent_runs.append((time.time(), seconds))
+        self.ema_run_s = seconds if self.jobs_done == 1 else 0.7 * self.ema_run_s + 0.3 * seconds
+
+    def recent_busy_s(self, window_s: float = BALANCE_WINDOW_S) -> float:
+        """Seconds this QPU was busy (our jobs and background ones) in the last ``window_s``, the
+        running job included."""
+        now = time.time()
+        start = now - window_s
+        while self.recent_runs and self.recent_runs[0][0] <= start:
+            self.recent_runs.popleft()
+        busy = sum(min(seconds, end - start) for end, seconds in self.recent_runs)
+        if self.running is not None and self.running_since is not None:
+            busy += now - max(self.running_since, start)
+        return busy
+
+    def status(self) -> dict[str, Any]:
+        return {
+            **self.info,
+            "online": self.online,
+            "queue_length": self.queue_length(),
+            "expected_wait_s": round(self.expected_wait_s(), 3),
+            "jobs_done": self.jobs_done,
+            "busy_s": round(self.busy_s, 3),
+            "running": self.running.job.id if self.running else None,
+        }
+
+
+# (QPU, transpiled circuits, shots, seed, mitigation stack or None, original circuits or None)
+Executor = Callable[[str, bytes, int, int | None, str | None, bytes | None], Awaitable[Any]]
+OnStart = Callable[[JobRecord], None]
+
+
+async def qpu_runner(qpu: SimulatedQPU, execute: Executor, on_start: OnStart) -> None:
+    """Take jobs from the QPU's queue in order and run them one at a time, forever."""
+    while True:
+        item: QueuedJob = await qpu.queue.get()
+        if item.job.state.final or item.done.done():
+            continue  # cancelled while it waited
+        qpu.running, qpu.running_since = item, time.time()
+        if item.background_s is not None:
+            await asyncio.sleep(item.background_s)
+            # Counted like any job: the wait estimate then reflects the shared QPU's real mix.
+            qpu.record_run(item.background_s)
+            qpu.running, qpu.running_since = None, None
+            item.done.set_result(None)
+            continue
+        try:
+            on_start(item.job)
+            t0 = time.perf_counter()
+            result = await execute(
+                qpu.name, item.transpiled, item.shots, item.seed, item.mitigation, item.circuits
+            )
+            qpu.record_run(time.perf_counter() - t0)
+            item.job.worker = getattr(result, "worker", None) or item.job.worker
+            if not item.done.done():
+                item.done.set_result(result)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the job fails, the QPU goes on
+            if not item.done.done():
+                item.done.set_exception(exc)
+        finally:
+            qpu.running, qpu.running_since = None, None
+
+
+async def background_arrivals(
+    qpu: SimulatedQPU, jobs_per_hour: float, mean_runtime_s: float, seed: int = 0
+) -> None:
+    """Other users' jobs on a simulated QPU: Poisson arrivals, exponential run times, forever.
+
+    They queue in FIFO order with ours, so our jobs see the waits a shared QPU has.
+    """
+    import random
+
+    from kernel_server.core.jobs import new_id
+
+    rng = random.Random(f"{seed}:{qpu.name}")
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(rng.expovariate(jobs_per_hour / 3600.0))
+        job = JobRecord(new_id("bg"), workflow_id="", kind="background", qpu=qpu.name)
+        qpu.queue.put_nowait(
+            QueuedJob(
+                job,
+                b"",
+                0,
+                None,
+                loop.create_future(),
+                background_s=rng.expovariate(1.0 / mean_runtime_s),
+            )
+        )

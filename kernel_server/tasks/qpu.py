@@ -1,0 +1,223 @@
+"""Tasks the orchestrator runs in its QPU worker processes: estimate a job per device, execute it.
+
+Module-level functions with plain arguments, because they cross a process boundary. A step's
+circuits arrive as QPY (``circuit_identity.dump_circuits``: data, never code, since these processes
+serve every user); what these processes make themselves (transpiled circuits, counts) travels as
+cloudpickle. The heavy imports (qiskit, Aer, the fake provider) stay in these processes.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+from kernel_server.core.plans import PLAN_LIMIT  # what --plan N picks from
+from kernel_server.wire.circuits import load_circuits
+
+
+@dataclass
+class DeviceEstimate:
+    device: str
+    fidelity: float
+    duration_s: float
+    transpiled: bytes
+    num_circuits: int
+    seconds: float  # how long estimating took (transpilation dominates)
+
+
+def device_catalogue(names: list[str]) -> list[dict[str, Any]]:
+    from kernel_server.backends.devices import device_info
+
+    return [device_info(n).to_dict() for n in names]
+
+
+MITIGATION_TAG = "qonductor_mitigation"  # set by qonductor_jupyter.lib.classical on its circuits
+
+
+def _mitigated_by_hand(circuits: list[Any]) -> bool:
+    return bool(circuits) and all(
+        MITIGATION_TAG in (getattr(c, "metadata", None) or {}) for c in circuits
+    )
+
+
+def estimate_on_device(circuits_blob: bytes, device: str, seed: int = 0) -> DeviceEstimate:
+    """Transpile each circuit for the device; numerical fidelity (mean) and duration (sum).
+
+    Circuits a cell mitigated by hand (ZNE.apply, REM.apply: tagged in their metadata) are laid
+    out once, on the first circuit's qubits, and compiled at level 0 as the stacks' own runs are:
+    REM's calibration circuits must measure the qubits they calibrate, and ZNE's folds must
+    survive compilation.
+    """
+    from kernel_server.backends.devices import load_backend
+    from kernel_server.estimator.numerical import fidelity_and_duration, numerical_estimate
+    from kernel_server.wire.circuits import register_reducers
+
+    register_reducers()  # the transpiled circuits travel back to the orchestrator
+    t0 = time.perf_counter()
+    backend = load_backend(device)
+    circuits = load_circuits(circuits_blob)
+    if _mitigated_by_hand(circuits):
+        from kernel_server.estimator.mitigation.stack import choose_layout, transpile_mitigated
+
+        layout = choose_layout(circuits[0], backend)
+        compiled = [transpile_mitigated(c, backend, layout) for c in circuits]
+        measured = [fidelity_and_duration(c, backend.target) for c in compiled]
+        fidelity = sum(f for f, _ in measured) / len(measured)
+        duration = sum(d for _, d in measured)
+        return DeviceEstimate(
+            device,
+            fidelity,
+            duration,
+            cloudpickle.dumps(compiled),
+            len(compiled),
+            time.perf_counter() - t0,
+        )
+    estimates = [numerical_estimate(c, backend, seed=seed) for c in circuits]
+    fidelity = sum(e.fidelity for e in estimates) / len(estimates)
+    duration = sum(e.duration_s for e in estimates)
+    transpiled = cloudpickle.dumps([e.transpiled for e in estimates])
+    return DeviceEstimate(
+        device, fidelity, duration, transpiled, len(estimates), time.perf_counter() - t0
+    )
+
+
+@dataclass
+class Execution:
+    """What a QPU job returns: the counts (cloudpickled list, one dict per circuit) and how each
+    circuit was simulated."""
+
+    counts: bytes
+    methods: list[str]
+    worker: str = ""  # where it ran: a Dask worker's address or local:<pid>
+
+
+def execute_on_device(
+    device: str, transpiled_blob: bytes, shots: int, seed: int | None
+) -> Execution:
+    """Run the transpiled circuits with the device's noise."""
+    from kernel_server.tasks.step import _EXCLUSIVE
+
+    with _EXCLUSIVE:  # see classical._EXCLUSIVE: a Dask worker also runs steps in this process
+        return _execute_on_device(device, transpiled_blob, shots, seed)
+
+
+def _execute_on_device(
+    device: str, transpiled_blob: bytes, shots: int, seed: int | None
+) -> Execution:
+    from kernel_server.backends.aer_sim import run_noisy_detailed
+    from kernel_server.backends.devices import load_backend
+
+    backend = load_backend(device)
+    circuits = cloudpickle.loads(transpiled_blob)
+    results, methods = [], []
+    for i, circuit in enumerate(circuits):
+        run = run_noisy_detailed(backend, circuit, shots, seed=None if seed is None else seed + i)
+        results.append(dict(sorted(run.counts.items())))
+        methods.append(run.method)
+    from kernel_server.tasks.step import worker_address
+
+    return Execution(cloudpickle.dumps(results), methods, worker_address())
+
+
+def plan_step(
+    circuits_blob: bytes,
+    fleet: list[str],
+    shots: int,
+    k: int = PLAN_LIMIT,
+    prices: dict[str, Any] | None = None,
+) -> list[dict]:
+    """Resource plans for a quantum step's first circuit over the fleet's templates, best-first,
+    each with the template's member QPUs (``members``) so the job can run where the plan says.
+
+    A circuit the estimator cannot take (a gate mitiq cannot convert, a model file missing)
+    gives ``[{"error": ...}]``: the job then runs unmitigated on the scheduler's choice.
+    """
+    from kernel_server.estimator.plans import resource_plans, templates_for
+
+    try:
+        circuits = load_circuits(circuits_blob)
+        circuit = circuits[0]
+        templates = templates_for(fleet)
+        # Mitigation the cell applied by hand pins that part of the plan: only unmitigated
+        # plans (QPU template and accelerator still chosen by the estimator).
+        pinned = {"stacks": ("none",)} if _mitigated_by_hand(circuits) else {}
+        plans = resource_plans(
+            circuit, k, backends=templates.values(), shots=shots, prices=prices, **pinned
+        )
+    except Exception as exc:  # reported under the cell; the job itself goes on
+        return [{"error": f"{type(exc).__name__}: {exc}"}]
+    return [
+        {**plan.to_dict(), "members": list(templates[plan.estimate.backend].members)}
+        for plan in plans
+    ]
+
+
+def counts_from_distribution(distribution: dict[str, float], shots: int) -> dict[str, int]:
+    """Integer counts totalling ``shots`` closest to ``distribution`` (largest remainders), so a
+    mitigated result reads like the counts ``sample()`` returns."""
+    total = sum(max(v, 0.0) for v in distribution.values())
+    if total <= 0:
+        return {}
+    exact = {k: max(v, 0.0) / total * shots for k, v in distribution.items()}
+    counts = {k: int(v) for k, v in exact.items()}
+    short = shots - sum(counts.values())
+    for key in sorted(exact, key=lambda k: exact[k] - counts[k], reverse=True)[:short]:
+        counts[key] += 1
+    return {k: v for k, v in sorted(counts.items()) if v > 0}
+
+
+def execute_mitigated(
+    device: str, circuits_blob: bytes, stack: str, shots: int, seed: int | None
+) -> Execution:
+    """Run each circuit with a mitigation stack on the device's noise; the mitigated outcome
+    distribution comes back as counts (``counts_from_distribution``)."""
+    from kernel_server.tasks.step import _EXCLUSIVE
+
+    with _EXCLUSIVE:  # see classical._EXCLUSIVE
+        return _execute_mitigated(device, circuits_blob, stack, shots, seed)
+
+
+def _execute_mitigated(
+    device: str, circuits_blob: bytes, stack: str, shots: int, seed: int | None
+) -> Execution:
+    from kernel_server.backends.devices import load_backend
+    from kernel_server.estimator.mitigation.stack import run_mitigated_detailed
+
+    backend = load_backend(device)
+    circuits = load_circuits(circuits_blob)
+    results = []
+    for i, circuit in enumerate(circuits):
+        run = run_mitigated_detailed(
+            circuit, backend, stack, shots, seed=None if seed is None else seed + i,
+            per_outcome=True,
+        )  # fmt: skip
+        results.append(counts_from_distribution(dict(run.value), shots))
+    from kernel_server.tasks.step import worker_address
+
+    methods = [f"mitigated:{stack}"] * len(circuits)
+    return Execution(cloudpickle.dumps(results), methods, worker_address())
+
+
+def warm_up(devices: list[str]) -> int:
+    """Load the backends once per process so the first job does not pay for it."""
+    from kernel_server.backends.devices import load_backend
+
+    for d in devices:
+        load_backend(d)
+    try:  # the templates resource plans are made over (0.5-2 s for the default fleet)
+        from kernel_server.estimator.plans import templates_for
+
+        templates_for(devices)
+    except Exception:  # plan_step reports the same failure where the user sees it
+        pass
+    # The fake backends are long-lived objects by the hundred thousand (~150k for fake_sherbrooke
+    # and fake_kolkata): every full collection walked them again, a 0.12 s pause on ~10 ms jobs
+    # (7 us once frozen). Collect first so the loading's garbage is not frozen with them.
+    gc.collect()
+    gc.freeze()
+    return os.getpid()
