@@ -26,13 +26,13 @@ def server_command(
         )
     if action == "stop":
         return "orchestrator stopped" if stop_server() else "no orchestrator was running"
-    status = server_status()
-    if status is None:
+    current = server_status()
+    if current is None:
         return "no orchestrator is running (it starts on first use, or: qonductor server start)"
     return (
-        f"orchestrator running (pid {status['pid']}, up {status['uptime_s']:.0f} s) on "
-        f"{status['router']}; fleet: {', '.join(status['fleet'])}; "
-        f"state in {status['home']}"
+        f"orchestrator running (pid {current['pid']}, up {current['uptime_s']:.0f} s) on "
+        f"{current['router']}; fleet: {', '.join(current['fleet'])}; "
+        f"state in {current['home']}"
     )
 
 

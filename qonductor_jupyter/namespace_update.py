@@ -102,7 +102,9 @@ def _set_pickle_state(target: Any, new: Any) -> bool:
     state = reduced[2]
     setstate = getattr(target, "__setstate__", None)
     try:
-        if setstate is not None and type(target).__setstate__ is not object.__setstate__:
+        if setstate is not None and getattr(type(target), "__setstate__", None) is not getattr(
+            object, "__setstate__", None
+        ):
             setstate(state)
             return True
         slots = None

@@ -160,8 +160,8 @@ def expected_calls(
             visit(node.iter, factor)
             return
         if isinstance(node, ast.While):
-            for child in ast.iter_child_nodes(node):
-                visit(child, None)
+            for sub in ast.iter_child_nodes(node):
+                visit(sub, None)
             return
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             return  # runs when called; a call site elsewhere counts it
@@ -176,8 +176,8 @@ def expected_calls(
                     total = None  # type: ignore[assignment]
                     return
                 total += factor * limit
-        for child in ast.iter_child_nodes(node):
-            visit(child, factor)
+        for sub in ast.iter_child_nodes(node):
+            visit(sub, factor)
 
     visit(tree, 1)
     return total or None

@@ -207,7 +207,7 @@ class _LazyState:
     """The engine's state and its axis labels."""
 
     def __init__(self, dtype: type) -> None:
-        self.tensor = np.ones((), dtype=dtype)
+        self.tensor: np.ndarray = np.ones((), dtype=dtype)
         self.labels: list[tuple[int, str]] = []
 
     def activate(self, qubit: int, rho: np.ndarray) -> None:
@@ -271,7 +271,7 @@ def run_lazy(program: LazyProgram, noise: CompactNoise) -> tuple[np.ndarray, lis
         elif len(qargs) == 2:
             # New qubits enter with their buffered channel applied to |0><0|; buffered channels
             # of qubits in flight are folded into the gate's superop (one tensordot, not three).
-            folded = [None, None]
+            folded: list[np.ndarray | None] = [None, None]
             for j, q in enumerate(qargs):
                 if q in active:
                     folded[j] = pending.pop(q, None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
 from qiskit import ClassicalRegister, QuantumCircuit
@@ -20,7 +21,7 @@ from qiskit.quantum_info import SparsePauliOp
 # Name of the register the measurement circuits add; its bits are the group's measured qubits.
 MEASURE_REGISTER = "pauli_meas"
 
-ObservableLike = SparsePauliOp | str | Sequence[str] | Sequence[tuple[str, complex]]
+ObservableLike: TypeAlias = SparsePauliOp | str | Sequence[str] | Sequence[tuple[str, complex]]
 
 
 @dataclass(frozen=True)

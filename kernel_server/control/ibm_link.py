@@ -7,7 +7,7 @@ here blocks (network, or Aer in local testing mode), so the orchestrator calls i
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 import cloudpickle
 
@@ -34,9 +34,9 @@ class IBMLink:
         Without an account, real IBM backends do not join; the rest of the fleet still runs.
         """
         try:
-            devices = ibm.load_ibm_devices(
-                list(self.spec.backends), self.spec.local_testing, self.spec.execution_mode
-            )
+            # fleet.spec admits "job" and "batch" only.
+            mode = cast(ibm.ExecutionMode, self.spec.execution_mode)
+            devices = ibm.load_ibm_devices(list(self.spec.backends), self.spec.local_testing, mode)
         except ibm.NoIBMAccountError as exc:
             log.warning("IBM backends %s left out of the fleet: %s", self.spec.backends, exc)
             return []

@@ -174,7 +174,7 @@ class JobManager:
     async def _answer(self, ins: Reply) -> None:
         identity, rid, reply_as = ins.caller
         message: P.Message = (
-            P.SampleReply(results=ins.counts, qpu=ins.qpu)
+            P.SampleReply(results=ins.counts, qpu=ins.qpu or "")
             if ins.ok
             else P.ErrorReply(type=ins.error_type, message=ins.message)
         )

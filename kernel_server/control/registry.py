@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -19,6 +18,7 @@ from typing import Any
 import msgpack
 
 from kernel_server.core.deployment import validate_config
+from kernel_server.core.files import write_private
 
 # What create() makes; anything else (a path, "..") names no image.
 IMAGE_ID = re.compile(r"^img-[0-9a-f]{12}$")
@@ -102,10 +102,8 @@ class Registry:
         return image
 
     def _write(self, image: Image) -> None:
-        path = self.root / image.id / "image.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(image), indent=1))
-        os.replace(tmp, path)
+        # Owner-only: an image holds the cell's source and its deployment.
+        write_private(self.root / image.id / "image.json", json.dumps(asdict(image), indent=1))
 
     def get(self, image_id: str, owner: str | None = None) -> Image:
         """The image; a user (``owner`` not None nor "") finds only their own."""

@@ -216,8 +216,8 @@ class OnlineScheduler:
         self,
         job_id: str,
         num_qubits: int,
-        fidelity: Sequence[float],
-        runtime: Sequence[float],
+        fidelity: Sequence[float] | np.ndarray,
+        runtime: Sequence[float] | np.ndarray,
         now: float,
     ) -> None:
         self.pending[job_id] = PendingJob(
@@ -257,7 +257,7 @@ class OnlineScheduler:
         problem = SchedulingProblem(
             wait=wait,
             qpu_qubits=widths[columns],
-            job_qubits=[j.num_qubits for j in jobs],
+            job_qubits=np.array([j.num_qubits for j in jobs]),
             runtime=runtime,
             fidelity=fidelity,
             balance=self.balance,

@@ -121,6 +121,7 @@ class SchedulingProblem:
             else:
                 ahead = np.broadcast_to(work.sum(axis=1, keepdims=True), work.shape)
             jct = np.where(on_q, self.wait[q] + ahead, jct)
+        assert self.offset is not None  # made an array in __post_init__
         return jct + self.offset[None, :]
 
     def violation(self, assignments: np.ndarray) -> np.ndarray:
@@ -132,6 +133,7 @@ class SchedulingProblem:
     def even_level(self, added: np.ndarray) -> np.ndarray:
         """(M,) water level: the load every QPU would carry if ``added`` (M,) seconds of new work
         were spread to even out ``load`` as far as it goes (QPUs already above it get nothing)."""
+        assert self.load is not None  # made an array in __post_init__
         a = np.sort(self.load)
         k = np.arange(1, len(a) + 1)
         # Filling the k least-loaded QPUs to one level: (added + their load) / k; the right k is
@@ -167,6 +169,7 @@ class SchedulingProblem:
         cap, floor = level * (1.0 + self.balance), level * (1.0 - self.balance)
         excess = np.zeros(len(x))
         mean_job = self.mean_job_s()
+        assert self.load is not None  # made an array in __post_init__
         for q in range(self.num_qpus):
             if not self.feasible[:, q].any():
                 continue

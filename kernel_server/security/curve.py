@@ -10,8 +10,9 @@ Each user's connection file carries their key pair and the server's public key.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from kernel_server.core.files import write_private
 
 ZAP_DOMAIN = b"qonductor"
 
@@ -28,12 +29,7 @@ def read_allow_list(home: Path) -> dict[str, str]:
 
 
 def write_allow_list(home: Path, keys: dict[str, str]) -> None:
-    path = allow_list_file(home)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(keys, fh, indent=1)
-    os.replace(tmp, path)
+    write_private(allow_list_file(home), json.dumps(keys, indent=1))
 
 
 class AllowList:

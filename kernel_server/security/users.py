@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 from pathlib import Path
 
+from kernel_server.core.files import write_private
 from kernel_server.wire import protocol as P
 
 USER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -33,13 +33,7 @@ def _read() -> dict[str, str]:
 
 
 def _write(users: dict[str, str]) -> None:
-    path = users_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(users, fh, indent=1)
-    os.replace(tmp, path)
+    write_private(users_file(), json.dumps(users, indent=1))
 
 
 def add_user(name: str) -> Path:

@@ -159,7 +159,7 @@ def _as_graph(graph: GraphLike) -> _Graph:
         raise ValueError(f"a graph is a networkx.Graph or a list of edges, not {graph!r}")
     if not raw:
         raise ValueError("the graph has no edges: max-cut needs at least one")
-    edges = []
+    edges: list[tuple[int, int, float]] = []
     for u, v, weight in raw:
         if not (_is_int(u) and _is_int(v)) or u < 0 or v < 0:
             raise ValueError(f"edge ({u!r}, {v!r}): nodes must be integers >= 0 (qubit indices)")
@@ -178,7 +178,7 @@ def maxcut_operator(graph: GraphLike) -> SparsePauliOp:
     maximise it (minimise ``-maxcut_operator(graph)`` with a minimiser).
     """
     g = _as_graph(graph)
-    terms = []
+    terms: list[tuple[str, list[int], float]] = []
     for u, v, weight in g.edges:
         terms.append(("", [], weight / 2))
         terms.append(("ZZ", [u, v], -weight / 2))
@@ -400,7 +400,7 @@ class VQE:
             )
         return values
 
-    def circuits(self, params: Sequence[float]) -> list[QuantumCircuit]:
+    def circuits(self, params: Sequence[float] | np.ndarray) -> list[QuantumCircuit]:
         """The measured circuits for ``params`` (in ``ansatz.parameters`` order).
 
         Empty when the observable is a multiple of the identity (nothing to measure).
@@ -408,7 +408,7 @@ class VQE:
         values = self._check_params(params)
         return [template.assign_parameters(values) for template in self._templates]
 
-    def energy(self, params: Sequence[float], counts_list: Sequence[Counts]) -> float:
+    def energy(self, params: Sequence[float] | np.ndarray, counts_list: Sequence[Counts]) -> float:
         """<observable> from the counts of ``circuits(params)``, in the same order."""
         from kernel_server.backends.observables import expectation_from_counts
 
