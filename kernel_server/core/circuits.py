@@ -70,9 +70,12 @@ def _circuit_label(circuit: Any, argument: str | None, index: int | None) -> str
     return "the circuit" if index is None else f"circuit {index} of the list"
 
 
-def _check_circuit(
+def check_circuit(
     circuit: Any, need_measurements: bool, label: str, function: str = "sample"
 ) -> None:
+    """Refuse what no QPU can run, naming the circuit as the user knows it (``label``) and the
+    function they called: not a circuit (TypeError), unbound parameters, and (where results are
+    counts) no measurements (ValueError). The one check every entry point makes."""
     from qiskit import QuantumCircuit
 
     if not isinstance(circuit, QuantumCircuit):
@@ -101,7 +104,7 @@ def check_circuits(circuits: Any, argument: str | None = None) -> tuple[list[Any
     if not batch:
         raise ValueError(f"sample() needs at least one circuit; {argument or 'the list'} is empty")
     for i, circuit in enumerate(batch):
-        _check_circuit(circuit, True, _circuit_label(circuit, argument, None if single else i))
+        check_circuit(circuit, True, _circuit_label(circuit, argument, None if single else i))
     return batch, single
 
 
@@ -109,7 +112,7 @@ def circuit_for_estimate(circuit: Any, argument: str | None = None) -> Any:
     """``estimate()``'s circuit without its final measurements (they do not change the state an
     expectation value is taken of); measurements before other operations are refused."""
     label = _circuit_label(circuit, argument, None)
-    _check_circuit(circuit, False, label, "estimate")
+    check_circuit(circuit, False, label, "estimate")
     if not any(i.operation.name == "measure" for i in circuit.data):
         return circuit
     stripped = circuit.remove_final_measurements(inplace=False)

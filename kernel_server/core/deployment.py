@@ -7,6 +7,10 @@ Example::
     priority: balanced
 
 Unknown keys are refused with the list of known ones, so a typo never silently does nothing.
+
+Checked by hand rather than by a schema library: a decoder such as ``msgspec.convert`` would give
+"Object contains unknown field `shot` - at `$`", where a notebook user needs the option's name and
+the options there are; the schema is a dozen keys, and the checks are one table per section.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ import numpy as np
 from qiskit import QuantumCircuit
 from qiskit.providers import BackendV2
 
+from kernel_server.core.circuits import check_circuit as check_circuit_for_qpu
 from kernel_server.core.mcdm import pareto_ranks
 from kernel_server.estimator.features import CircuitFeatures, circuit_features, runtime_frame
 from kernel_server.estimator.fidelity import (
@@ -56,19 +57,11 @@ class CircuitNotEstimable(ValueError):
 
 def check_circuit(circuit: Any) -> QuantumCircuit:
     """Raise :class:`CircuitNotEstimable` with what to do, or return the circuit."""
-    if not isinstance(circuit, QuantumCircuit):
-        raise CircuitNotEstimable(f"expected a qiskit QuantumCircuit, got {type(circuit).__name__}")
-    if circuit.num_parameters:
-        names = ", ".join(p.name for p in list(circuit.parameters)[:5])
-        raise CircuitNotEstimable(
-            f"circuit {circuit.name!r} has {circuit.num_parameters} unbound parameter(s) "
-            f"({names}); bind them first with circuit.assign_parameters({{...}})"
-        )
-    if not any(ci.operation.name == "measure" for ci in circuit.data):
-        raise CircuitNotEstimable(
-            f"circuit {circuit.name!r} measures nothing; add circuit.measure_all() (or measure "
-            "the qubits whose outcomes you want)"
-        )
+    label = f"circuit {getattr(circuit, 'name', '')!r}"
+    try:
+        check_circuit_for_qpu(circuit, True, label, "resource_plans")
+    except (TypeError, ValueError) as exc:
+        raise CircuitNotEstimable(str(exc)) from None
     return circuit
 
 

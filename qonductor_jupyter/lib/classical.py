@@ -82,17 +82,11 @@ class MitigatedCircuits(list):
 # --------------------------------------------------------------------------------------------
 
 
-def _check_circuit(circuit: Any) -> QuantumCircuit:
-    if not isinstance(circuit, QuantumCircuit):
-        raise ValueError(
-            f"expected one QuantumCircuit (apply a technique to each circuit), "
-            f"got {type(circuit).__name__}"
-        )
-    if circuit.parameters:
-        raise ValueError(
-            f"circuit {circuit.name!r} has unbound parameters; bind them with "
-            "circuit.assign_parameters(...) first"
-        )
+def _check_circuit(circuit: Any, function: str = "mitigate") -> QuantumCircuit:
+    from kernel_server.core.circuits import check_circuit
+
+    # One circuit at a time: a technique is applied to each circuit of a batch.
+    check_circuit(circuit, False, f"circuit {getattr(circuit, 'name', '')!r}", function)
     return circuit
 
 
