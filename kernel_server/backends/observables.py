@@ -134,22 +134,24 @@ def _register_bits(key: str, register_size: int) -> str:
 
 
 def group_expectations(group: PauliGroup, counts: Mapping[str, int | float]) -> list[float]:
-    """Expectation value of each term of ``group`` from that group's counts."""
-    total = float(sum(counts.values()))
-    if total <= 0:
+    """Expectation value of each term of ``group`` from that group's counts (qiskit's
+    ``sampled_expectation_value`` over the group's register, one Z string per term)."""
+    from qiskit.result import sampled_expectation_value
+
+    if float(sum(counts.values())) <= 0:
         raise ValueError("empty counts")
     position = {q: j for j, q in enumerate(group.measured_qubits)}
     size = len(group.measured_qubits)
+    register: dict[str, float] = {}
+    for key, count in counts.items():
+        bits = _register_bits(key, size)
+        register[bits] = register.get(bits, 0.0) + float(count)
     values: list[float] = []
     for label in group.labels:
         # label[-1 - q] is the letter on qubit q; bit j of the register is key[size - 1 - j].
-        support = [position[q] for q in range(len(label)) if label[-1 - q] != "I"]
-        value = 0.0
-        for key, count in counts.items():
-            bits = _register_bits(key, size)
-            parity = sum(bits[size - 1 - j] == "1" for j in support) % 2
-            value += (-1.0 if parity else 1.0) * float(count)
-        values.append(value / total)
+        support = {position[q] for q in range(len(label)) if label[-1 - q] != "I"}
+        zs = "".join("Z" if size - 1 - i in support else "I" for i in range(size))
+        values.append(float(sampled_expectation_value(register, zs)) if size else 1.0)
     return values
 
 
