@@ -14,9 +14,8 @@ superoperator the numpy engine (:mod:`kernel_server.backends.lazy_dm`) applies a
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 from qiskit.circuit import Gate, Measure
@@ -32,6 +31,7 @@ from qiskit_aer.noise import (
 )
 
 from kernel_server.backends.devices import calibration_id
+from kernel_server.core.cache import LRU, CacheInfo
 
 
 def _truncated_t2(t1: float | None, t2: float | None) -> float | None:
@@ -289,47 +289,22 @@ def build_compact_noise(backend: BackendV2, physical_qubits: tuple[int, ...]) ->
     )
 
 
-class CacheInfo(NamedTuple):
-    hits: int
-    misses: int
-    size: int
-    max_size: int
-
-
-_NOISE_CACHE_SIZE = 256
-_noise_lock = threading.Lock()
-_noise_cache: OrderedDict[tuple[str, str, tuple[int, ...]], CompactNoise] = OrderedDict()
-_noise_stats = {"hits": 0, "misses": 0}
+_noise_cache: LRU[CompactNoise] = LRU(256)
 
 
 def compact_noise(backend: BackendV2, physical_qubits: tuple[int, ...]) -> CompactNoise:
     """The noise of ``physical_qubits``, cached per (backend, calibration id, qubits), LRU."""
     key = (backend.name, calibration_id(backend), tuple(physical_qubits))
-    with _noise_lock:
-        cached = _noise_cache.get(key)
-        if cached is not None:
-            _noise_cache.move_to_end(key)
-            _noise_stats["hits"] += 1
-            return cached
-        _noise_stats["misses"] += 1
-    built = build_compact_noise(backend, tuple(physical_qubits))
-    with _noise_lock:
-        _noise_cache[key] = built
-        while len(_noise_cache) > _NOISE_CACHE_SIZE:
-            _noise_cache.popitem(last=False)
-    return built
+    return _noise_cache.get_or_make(
+        key, lambda: build_compact_noise(backend, tuple(physical_qubits))
+    )
 
 
 def noise_cache_info() -> CacheInfo:
     """Hits, misses and size of the compact noise-model cache."""
-    with _noise_lock:
-        return CacheInfo(
-            _noise_stats["hits"], _noise_stats["misses"], len(_noise_cache), _NOISE_CACHE_SIZE
-        )
+    return _noise_cache.info()
 
 
 def clear_noise_cache() -> None:
     """Forget every cached noise model and the cache statistics."""
-    with _noise_lock:
-        _noise_cache.clear()
-        _noise_stats.update(hits=0, misses=0)
+    _noise_cache.clear()

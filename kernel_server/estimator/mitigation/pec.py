@@ -15,15 +15,14 @@ former).
 
 from __future__ import annotations
 
-import threading
 import warnings
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 from qiskit import QuantumCircuit
 
+from kernel_server.core.cache import LRU
 from kernel_server.estimator.mitigation.base import (
     EXPECTATION,
     Constructed,
@@ -39,9 +38,7 @@ OPERATIONS = ("two_qubit", "all")
 
 # Representations per (operation, noise level): mitiq builds each in ~80 ms (deep copies of its
 # 16 noisy Pauli variants), and the same gates on the same qubits recur from job to job.
-_CACHE_SIZE = 256
-_cache_lock = threading.Lock()
-_representation_cache: OrderedDict[tuple[str, float], Any] = OrderedDict()
+_representations: LRU[Any] = LRU(256)
 
 # classical_seconds model: mitiq samples each circuit in Cirq and converts it back to Qiskit
 # through QASM. Measured on this 2-core machine (3-5 qubit circuits of 11-58 gates, 30 and 100
@@ -102,13 +99,16 @@ class PEC(MitigationTechnique):
             for op in cirq_circuit.all_operations()
             if not cirq.is_measurement(op) and (cfg["operations"] == "all" or len(op.qubits) == 2)
         }
-        # Sorted so that sampling is reproducible (set order of Cirq operations is not).
-        return [
-            represent_operation_with_local_depolarizing_noise(
-                cirq.Circuit(op), float(cfg["noise_level"])
+        level = float(cfg["noise_level"])
+
+        def represent(op: Any) -> Any:
+            return _representations.get_or_make(
+                (str(op), level),
+                lambda: represent_operation_with_local_depolarizing_noise(cirq.Circuit(op), level),
             )
-            for op in sorted(operations, key=str)
-        ]
+
+        # Sorted so that sampling is reproducible (set order of Cirq operations is not).
+        return [represent(op) for op in sorted(operations, key=str)]
 
     def construct_circuits(
         self, circuit: QuantumCircuit, config: Mapping[str, Any] | None = None
