@@ -30,11 +30,49 @@ class QueuedJob:
     background_s: float | None = None
 
 
+class JobQueue:
+    """A QPU's first-in first-out queue of waiting jobs: ``asyncio.Queue``'s methods that the
+    fleet uses, plus a look at what waits (a job's position), which ``asyncio.Queue`` keeps private.
+    """
+
+    def __init__(self) -> None:
+        self._items: deque[QueuedJob] = deque()
+        self._nonempty = asyncio.Event()  # set while a job may be waiting
+
+    def put_nowait(self, item: QueuedJob) -> None:
+        self._items.append(item)
+        self._nonempty.set()
+
+    async def put(self, item: QueuedJob) -> None:
+        self.put_nowait(item)
+
+    async def get(self) -> QueuedJob:
+        while not self._items:
+            self._nonempty.clear()
+            await self._nonempty.wait()
+        return self._items.popleft()
+
+    def get_nowait(self) -> QueuedJob:
+        if not self._items:
+            raise asyncio.QueueEmpty
+        return self._items.popleft()
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def waiting(self) -> list[QueuedJob]:
+        """The jobs in the queue, first to run first."""
+        return list(self._items)
+
+
 @dataclass
 class SimulatedQPU:
     name: str
     info: dict[str, Any]
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    queue: JobQueue = field(default_factory=JobQueue)
     running: QueuedJob | None = None
     running_since: float | None = None
     # Exponential moving average of job run time: what the next queued job is expected to take.
@@ -67,8 +105,7 @@ class SimulatedQPU:
 
     def position_of(self, job_id: str) -> tuple[int, float] | None:
         """(jobs ahead, estimated seconds until it starts) of a job waiting in this queue."""
-        # asyncio.Queue has no public way to look inside; its deque is read, never changed.
-        waiting = [item.job.id for item in self.queue._queue if not item.job.state.final]  # type: ignore[attr-defined]
+        waiting = [item.job.id for item in self.queue.waiting() if not item.job.state.final]
         if job_id not in waiting:
             return None
         ahead = waiting.index(job_id)
