@@ -34,12 +34,12 @@ from kernel_server.core.resources import (
     number_text,
 )
 from kernel_server.scheduler.classical_nodes import (
-    _EPS,
+    MEMORY_EPS,
     ClassicalNode,
     NodeUsage,
-    _free_accelerators,
-    _free_cores,
-    _free_memory,
+    free_accelerators,
+    free_cores,
+    free_memory,
     local_node,
     simulated_nodes,
 )
@@ -66,15 +66,15 @@ Scorer = Callable[[ClassicalRequest, ClassicalNode, NodeUsage], float]
 
 
 def fits_cores(request: ClassicalRequest, node: ClassicalNode, usage: NodeUsage) -> str | None:
-    free = _free_cores(node, usage)
+    free = free_cores(node, usage)
     if request.cores <= free:
         return None
     return f"needs {cores_text(request.cores)}, {max(free, 0)} of {node.cores} free"
 
 
 def fits_memory(request: ClassicalRequest, node: ClassicalNode, usage: NodeUsage) -> str | None:
-    free = _free_memory(node, usage)
-    if request.memory_gb <= free + _EPS:
+    free = free_memory(node, usage)
+    if request.memory_gb <= free + MEMORY_EPS:
         return None
     return (
         f"needs {number_text(request.memory_gb)} GB memory, "
@@ -89,7 +89,7 @@ def has_accelerator(request: ClassicalRequest, node: ClassicalNode, usage: NodeU
     total = node.accelerators.get(kind, 0)
     if total == 0:
         return f"has no {kind}"
-    free = _free_accelerators(node, usage, kind)
+    free = free_accelerators(node, usage, kind)
     if request.accelerator_count <= free:
         return None
     return f"needs {request.accelerator_count} {kind}, {max(free, 0)} of {total} free"
@@ -157,7 +157,7 @@ def accelerator_fit(request: ClassicalRequest, node: ClassicalNode, usage: NodeU
         # Cores and memory on an accelerator node are what its accelerator jobs run beside;
         # a plain job takes them only when nothing else fits.
         return 0.0 if node.has_accelerators else 100.0
-    free = _free_accelerators(node, usage, kind)
+    free = free_accelerators(node, usage, kind)
     if free <= 0:
         return 0.0
     # Best fit: 100 when the job takes exactly the free accelerators, less the more it leaves

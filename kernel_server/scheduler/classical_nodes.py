@@ -25,7 +25,7 @@ from kernel_server.core.resources import (
 
 # Memory is a float; sums of reservations drift by a few ulps, which must not turn "exactly full"
 # into "over by 1e-15".
-_EPS = 1e-9
+MEMORY_EPS = 1e-9
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class NodeUsage:
             raise ValueError(
                 f"cannot release {cores_text(request.cores)}: only {self.cores} reserved"
             )
-        if request.memory_gb > self.memory_gb + _EPS:
+        if request.memory_gb > self.memory_gb + MEMORY_EPS:
             raise ValueError(
                 f"cannot release {number_text(request.memory_gb)} GB memory: "
                 f"only {number_text(self.memory_gb)} GB reserved"
@@ -121,7 +121,7 @@ class NodeUsage:
             )
         self.cores -= request.cores
         self.memory_gb = max(0.0, self.memory_gb - request.memory_gb)
-        if self.memory_gb < _EPS:
+        if self.memory_gb < MEMORY_EPS:
             self.memory_gb = 0.0
         if kind is not None:
             left = self.accelerators[kind] - request.accelerator_count
@@ -134,15 +134,15 @@ class NodeUsage:
         return NodeUsage(self.cores, self.memory_gb, dict(self.accelerators))
 
 
-def _free_cores(node: ClassicalNode, usage: NodeUsage) -> int:
+def free_cores(node: ClassicalNode, usage: NodeUsage) -> int:
     return node.cores - usage.cores
 
 
-def _free_memory(node: ClassicalNode, usage: NodeUsage) -> float:
+def free_memory(node: ClassicalNode, usage: NodeUsage) -> float:
     return node.memory_gb - usage.memory_gb
 
 
-def _free_accelerators(node: ClassicalNode, usage: NodeUsage, kind: str) -> int:
+def free_accelerators(node: ClassicalNode, usage: NodeUsage, kind: str) -> int:
     return node.accelerators.get(kind, 0) - usage.accelerators.get(kind, 0)
 
 
