@@ -5,33 +5,36 @@ The ``%%qonductor`` magic is a thin layer over ``run_cell`` here, so plain Pytho
 
 from __future__ import annotations
 
-import inspect
+import ast
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
 from kernel_server.core.dataflow import DELETED
+from kernel_server.core.jobs import FINAL_WORKFLOW_STATES
 from kernel_server.wire import protocol as P
 
 from .client import get_client
 from .errors import (
     InputError,
+    OrchestratorError,
     QonductorError,
     WorkflowCancelled,
     WorkflowFailed,
     from_remote,
 )
+from .inputs import capture_inputs, check_circuit_widths, function_list_source, pickle_inputs
 from .namespace_update import Applied, apply_outputs
-from .splitter import WorkflowGraph, split_cell
+from .splitter import NotebookContext, WorkflowGraph, split_cell
 
-# Names that only make sense inside the IPython process; shipping them would drag the shell along.
-KERNEL_ONLY_NAMES = frozenset({"get_ipython", "exit", "quit", "In", "Out", "_ih", "_oh", "_dh"})
+if TYPE_CHECKING:
+    from .handle import WorkflowHandle
 
 
 def _request(message: P.Message, timeout: float = 60.0, client: Any = None) -> P.Message:
@@ -43,56 +46,29 @@ def _request(message: P.Message, timeout: float = 60.0, client: Any = None) -> P
         raise InputError(str(exc)) from None
 
 
+def _data(message: P.Message) -> dict[str, Any]:
+    """The ``data`` of the orchestrator's Ok reply to ``message``."""
+    reply = _request(message)
+    if not isinstance(reply, P.Ok):
+        raise OrchestratorError(f"{message.op}: the orchestrator answered {reply.op!r}, not ok")
+    return reply.data
+
+
+def _workflow_reply(
+    message: P.Message, timeout: float = 60.0, client: Any = None
+) -> P.WorkflowReply:
+    """The orchestrator's WorkflowReply to a status or results request."""
+    reply = _request(message, timeout, client)
+    if not isinstance(reply, P.WorkflowReply):
+        raise OrchestratorError(f"{message.op}: the orchestrator answered {reply.op!r}")
+    return reply
+
+
 # -------------------------------------------------------------------- images
-def _function_list_source(steps: list[Any]) -> tuple[str, dict[str, bytes]]:
-    """Turn ``[pre_process, circuit, post_process]`` into cell source plus bound objects.
-
-    Each callable receives the previous step's value; a circuit (or the word "sample" after a
-    callable returning one) is sampled. The first callable's required parameters become the
-    workflow's inputs.
-    """
-    from qiskit import QuantumCircuit
-
-    lines: list[str] = []
-    bound: dict[str, bytes] = {}
-    required: list[str] = []
-    have_value = False
-    for i, step in enumerate(steps):
-        name = f"_qstep_{i}"
-        if isinstance(step, QuantumCircuit):
-            bound[name] = cloudpickle.dumps(step)
-            lines.append(f"result = sample({name})")
-        elif step == "sample" or getattr(step, "__name__", None) == "sample":
-            if not have_value:
-                raise QonductorError("'sample' needs a previous step that returns a circuit")
-            lines.append("result = sample(result)")
-        elif callable(step):
-            bound[name] = cloudpickle.dumps(step)
-            if have_value:
-                lines.append(f"result = {name}(result)")
-            else:
-                params = [
-                    p.name
-                    for p in inspect.signature(step).parameters.values()
-                    if p.default is inspect.Parameter.empty
-                    and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-                ]
-                args = ", ".join(f"{p}={p}" for p in params)
-                lines.append(f"result = {name}({args})")
-                required = params
-        else:
-            raise QonductorError(
-                f"step {i} is a {type(step).__name__}; a workflow step must be "
-                "a callable, a QuantumCircuit or 'sample'"
-            )
-        have_value = True
-    return "\n".join(lines) + "\n", bound, required
-
-
 def _graph_dict(
-    source: str, graph: WorkflowGraph | None = None, required: list[str] | None = None
+    source: str, graph: WorkflowGraph, required: list[str] | None = None
 ) -> dict[str, Any]:
-    data = (graph or split_cell(source)).to_dict()
+    data = graph.to_dict()
     data["source"] = source
     # Inputs ``invoke`` refuses to start without: the image's parameters. A cell run by the
     # magic has none: as in Python, a name it reads and nobody defined is a NameError where it
@@ -106,22 +82,33 @@ def _parameters(graph: WorkflowGraph) -> list[str]:
     return [name for name in graph.inputs if name not in graph.outputs]
 
 
-def create_workflow(
-    code: str | list[Any], config: dict[str, Any] | str | None = None, name: str | None = None
-) -> str:
-    """Package code (cell source, or a list of step functions/circuits) and config as an image."""
+def _load_config(config: dict[str, Any] | str | None) -> dict[str, Any]:
     from kernel_server.core.deployment import ConfigError, load_config
 
     try:
-        cfg = load_config(config)
+        return load_config(config)
     except ConfigError as exc:
         raise QonductorError(str(exc)) from None
+
+
+def create_workflow(
+    code: str | list[Any],
+    config: dict[str, Any] | str | None = None,
+    name: str | None = None,
+    graph: WorkflowGraph | None = None,
+) -> str:
+    """Package code (cell source, or a list of step functions/circuits) and config as an image.
+
+    ``graph``: cell source already split (``split_cell``); it is not split again.
+    """
+    cfg = _load_config(config)
+    bound: dict[str, bytes] = {}
     if isinstance(code, str):
-        source, bound = code, {}
-        graph = split_cell(source)
+        source = code
+        graph = graph or split_cell(source)
         required = _parameters(graph)
     elif isinstance(code, (list, tuple)) and code:
-        source, bound, required = _function_list_source(list(code))
+        source, bound, required = function_list_source(list(code))
         graph = split_cell(source)
     else:
         raise QonductorError("code must be cell source (str) or a non-empty list of steps")
@@ -135,46 +122,15 @@ def _create_image(
     name: str | None,
     bound: dict[str, bytes] | None = None,
 ) -> str:
-    reply = _request(
+    data = _data(
         P.CreateWorkflow(source=source, graph=graph, config=cfg, name=name, bound=bound or {})
     )
-    return reply.data["image_id"]  # type: ignore[attr-defined]
+    return data["image_id"]
 
 
 def deploy(image_id: str, config: dict[str, Any] | str | None = None) -> str:
     """Deploy an image (optionally overriding its configuration); returns the image id."""
-    from kernel_server.core.deployment import ConfigError, load_config
-
-    try:
-        cfg = load_config(config)
-    except ConfigError as exc:
-        raise QonductorError(str(exc)) from None
-    reply = _request(P.Deploy(image_id=image_id, config=cfg))
-    return reply.data["image_id"]  # type: ignore[attr-defined]
-
-
-def pickle_inputs(inputs: dict[str, Any]) -> dict[str, bytes]:
-    from kernel_server.core.cell_functions import mark_origin
-
-    if "qiskit" in sys.modules:  # circuits among the inputs: switch default cases survive
-        from kernel_server.wire.circuits import register_reducers
-
-        register_reducers()
-    blobs: dict[str, bytes] = {}
-    problems = []
-    for name, value in inputs.items():
-        mark_origin(value)  # a notebook function keeps its cell's source where it runs
-        try:
-            blobs[name] = cloudpickle.dumps(value)
-        except Exception as exc:  # pickling raises many exception types
-            problems.append(f"  {name} ({type(value).__name__}): {exc}")
-    if problems:
-        raise InputError(
-            "these inputs cannot be sent to the orchestrator:\n"
-            + "\n".join(problems)
-            + "\nCreate them inside the cell, or pass something picklable."
-        )
-    return blobs
+    return _data(P.Deploy(image_id=image_id, config=_load_config(config)))["image_id"]
 
 
 def invoke(image_id: str, inputs: dict[str, Any] | None = None, **options: Any) -> str:
@@ -191,12 +147,11 @@ def _invoke(image_id: str, blobs: dict[str, bytes], options: dict[str, Any]) -> 
 
 
 def workflow_status(workflow_id: str) -> str:
-    reply = _request(P.GetStatus(workflow_id=workflow_id))
-    return reply.state  # type: ignore[attr-defined]
+    return workflow_info(workflow_id).state
 
 
 def workflow_info(workflow_id: str) -> P.WorkflowReply:
-    return _request(P.GetStatus(workflow_id=workflow_id))  # type: ignore[return-value]
+    return _workflow_reply(P.GetStatus(workflow_id=workflow_id))
 
 
 def wait(
@@ -215,21 +170,21 @@ def wait(
         left = 5.0 if deadline is None else min(5.0, deadline - time.monotonic())
         if left <= 0:
             raise TimeoutError(f"workflow {workflow_id} did not finish within {timeout} s")
-        reply: P.WorkflowReply = _request(
+        reply = _workflow_reply(
             P.GetResults(workflow_id=workflow_id, wait_s=left), timeout=left + 30.0, client=client
-        )  # type: ignore[assignment]
+        )
         if on_poll is not None:
             on_poll(reply)
-        if reply.state in ("done", "failed", "cancelled"):
+        if reply.state in FINAL_WORKFLOW_STATES:
             return reply
 
 
-def final_within(workflow_id: str, seconds: float) -> P.WorkflowReply | None:
+def final_within(workflow_id: str, seconds: float, client: Any = None) -> P.WorkflowReply | None:
     """One long poll of at most ``seconds``: the final reply (with values), or None."""
-    reply: P.WorkflowReply = _request(
-        P.GetResults(workflow_id=workflow_id, wait_s=seconds), timeout=seconds + 30.0
-    )  # type: ignore[assignment]
-    return reply if reply.state in ("done", "failed", "cancelled") else None
+    reply = _workflow_reply(
+        P.GetResults(workflow_id=workflow_id, wait_s=seconds), seconds + 30.0, client
+    )
+    return reply if reply.state in FINAL_WORKFLOW_STATES else None
 
 
 def _raise_for(reply: P.WorkflowReply) -> None:
@@ -259,65 +214,27 @@ def workflow_results(
 
 
 def cancel(workflow_id: str) -> dict[str, Any]:
-    return _request(P.Cancel(workflow_id=workflow_id)).data  # type: ignore[attr-defined]
+    return _data(P.Cancel(workflow_id=workflow_id))
 
 
 def choose_plan(workflow_id: str, step_id: int, plan: int | str) -> Any:
     """Answer a ``--plan ask`` step: run it with plan number ``plan`` (or "off")."""
-    return _request(P.ChoosePlan(workflow_id=workflow_id, step_id=int(step_id), plan=plan)).data[
-        "plan"
-    ]  # type: ignore[attr-defined]
+    return _data(P.ChoosePlan(workflow_id=workflow_id, step_id=int(step_id), plan=plan))["plan"]
 
 
 def list_images() -> list[dict[str, Any]]:
-    return _request(P.ListImages()).data["images"]  # type: ignore[attr-defined]
+    return _data(P.ListImages())["images"]
 
 
 def list_workflows(limit: int = 100) -> list[dict[str, Any]]:
-    return _request(P.ListWorkflows(limit=limit)).data["workflows"]  # type: ignore[attr-defined]
+    return _data(P.ListWorkflows(limit=limit))["workflows"]
 
 
 def fleet() -> list[dict[str, Any]]:
-    return _request(P.GetFleet()).data["devices"]  # type: ignore[attr-defined]
+    return _data(P.GetFleet())["devices"]
 
 
 # -------------------------------------------------------------------- the cell path
-def capture_inputs(graph: WorkflowGraph, namespace: dict[str, Any]) -> dict[str, Any]:
-    """The values of the cell's free names that the notebook has.
-
-    A name the notebook lacks is left out, not refused: the splitter's reads are conservative (a
-    name the cell may assign before reading it counts as read), and where the cell really reads
-    an unassigned name, its step raises NameError at that line, as Python would.
-    """
-    kernel_only = sorted(n for n in graph.inputs if n in KERNEL_ONLY_NAMES)
-    if kernel_only:
-        raise InputError(
-            f"{', '.join(kernel_only)} only exist in the notebook kernel and cannot "
-            "be used inside a %%qonductor cell (IPython magics included)"
-        )
-    return {n: namespace[n] for n in graph.inputs if n in namespace}
-
-
-def check_circuit_widths(values: dict[str, Any]) -> None:
-    """Refuse input circuits wider than every QPU before anything is queued."""
-    widths = {
-        n: v.num_qubits
-        for n, v in values.items()
-        if type(v).__name__ == "QuantumCircuit" and hasattr(v, "num_qubits")
-    }
-    if not widths:
-        return
-    devices = fleet()
-    largest = max((d["num_qubits"] for d in devices), default=0)
-    too_wide = {n: w for n, w in widths.items() if w > largest}
-    if too_wide:
-        listing = ", ".join(f"{n} has {w} qubits" for n, w in too_wide.items())
-        raise InputError(
-            f"circuit too wide for every QPU: {listing}; the largest QPU in the "
-            f"fleet has {largest} qubits. Reduce the width (or cut the circuit)."
-        )
-
-
 @dataclass
 class Submission:
     """What the kernel sent for a cell: to bring its results back the way Python would leave
@@ -333,13 +250,33 @@ _submissions: dict[str, Submission] = {}
 _submissions_lock = threading.Lock()
 
 
-def split_for(source: str, namespace: dict[str, Any]) -> WorkflowGraph:
-    """Split a cell as it reads in this notebook: functions of other cells that call sample(),
-    and aliases of the primitives, count (notebook_names)."""
-    from .notebook_names import notebook_context
-    from .splitter import parse_cell
+@dataclass
+class CellSplit:
+    """A cell split once, as it reads in this notebook: its tree, what the notebook's names mean
+    to it (functions of other cells that call sample(), aliases of the primitives: see
+    notebook_names) and its steps. Everything after the split reads these instead of parsing
+    the cell again."""
 
-    return split_cell(source, notebook_context(parse_cell(source), namespace))
+    source: str
+    tree: ast.Module
+    context: NotebookContext
+    graph: WorkflowGraph
+
+
+def split_in_notebook(source: str, namespace: dict[str, Any]) -> CellSplit:
+    """Split a cell as it reads in this notebook; a QonductorError says where it is not Python
+    (or uses what the splitter does not support)."""
+    from .notebook_names import notebook_context
+    from .splitter import CellSyntaxError, parse_cell
+
+    try:
+        tree = parse_cell(source)
+        context = notebook_context(tree, namespace)
+        return CellSplit(source, tree, context, split_cell(source, context))
+    except CellSyntaxError as exc:
+        raise QonductorError("the cell is not valid Python:\n" + exc.pretty()) from None
+    except ValueError as exc:  # unsupported constructs (star imports)
+        raise QonductorError(str(exc)) from None
 
 
 def submit_cell(
@@ -347,52 +284,128 @@ def submit_cell(
     namespace: dict[str, Any],
     config: dict[str, Any] | str | None = None,
     name: str | None = None,
-    graph: WorkflowGraph | None = None,
     **options: Any,
 ) -> tuple[str, WorkflowGraph]:
     """Split, register, deploy and invoke a cell; returns (workflow id, graph)."""
-    from kernel_server.core.deployment import ConfigError, load_config
+    cell = split_in_notebook(source, namespace)
+    return _submit(cell, namespace, config, name, options), cell.graph
 
+
+def _submit(
+    cell: CellSplit,
+    namespace: dict[str, Any],
+    config: dict[str, Any] | str | None,
+    name: str | None,
+    options: dict[str, Any],
+) -> str:
+    """Register, deploy and invoke a split cell with the notebook's values; the workflow id."""
     from .preflight import check_static_widths
 
-    graph = graph or split_for(source, namespace)
-    values = capture_inputs(graph, namespace)
+    values = capture_inputs(cell.graph, namespace)
     blobs = pickle_inputs(values)  # fails before anything is registered
-    check_circuit_widths(values)
-    check_static_widths(source, values, fleet)
-    try:
-        cfg = load_config(config)
-    except ConfigError as exc:
-        raise QonductorError(str(exc)) from None
-    data = _graph_dict(source, graph)
-    _count_calls(data, source, namespace, values)
-    image_id = _create_image(source, data, cfg, name)
+    check_circuit_widths(values, fleet)
+    check_static_widths(cell.source, values, fleet)
+    cfg = _load_config(config)
+    data = _graph_dict(cell.source, cell.graph)
+    _count_calls(data, cell, values)
+    image_id = _create_image(cell.source, data, cfg, name)
     deploy(image_id)
     workflow_id = _invoke(image_id, blobs, options)
     with _submissions_lock:
-        _submissions[workflow_id] = Submission(source, graph, blobs)
-    return workflow_id, graph
+        _submissions[workflow_id] = Submission(cell.source, cell.graph, blobs)
+    return workflow_id
 
 
-def _count_calls(
-    data: dict[str, Any], source: str, namespace: dict[str, Any], values: dict[str, Any]
-) -> None:
+def _count_calls(data: dict[str, Any], cell: CellSplit, values: dict[str, Any]) -> None:
     """Give each hybrid step the number of QPU calls its text shows (the orchestrator weighs
     its plan over all of them: scheduler.plan_choice)."""
     hybrid = [step for step in data["steps"] if step["kind"] == "hybrid"]
     if not hybrid:
         return
-    import ast
-
-    from .notebook_names import notebook_context
     from .preflight import expected_calls
     from .splitter import QUANTUM_PRIMITIVES, quantum_functions
 
-    tree = ast.parse(source)
-    context = notebook_context(tree, namespace)
-    names = QUANTUM_PRIMITIVES | context.primitives | quantum_functions(tree, context)
+    context = cell.context
+    names = QUANTUM_PRIMITIVES | context.primitives | quantum_functions(cell.tree, context)
     for step in hybrid:
         step["expected_calls"] = expected_calls(step["source"], values, names)
+
+
+@dataclass
+class CellRun:
+    """What ``run_cell`` did with a cell. Nothing was submitted (``workflow_id`` None) for a dry
+    run or a cell without quantum calls (plain Python: the caller runs it). Detached, ``handle``
+    follows the workflow; waited for, ``reply`` is its final state and ``applied`` the names it
+    set in the namespace (``raise_final(run.reply, run.applied)`` raises for a failed one)."""
+
+    cell: CellSplit
+    workflow_id: str | None = None
+    handle: WorkflowHandle | None = None
+    reply: P.WorkflowReply | None = None
+    applied: Applied | None = None
+
+
+# A cell still running after this long is slow: the magic shows its live job-status widget then.
+SLOW_AFTER_S = 0.5
+
+
+def run_cell(
+    source: str,
+    namespace: dict[str, Any],
+    *,
+    config: dict[str, Any] | str | None = None,
+    name: str | None = None,
+    dry_run: bool = False,
+    detach: bool = False,
+    timeout: float | None = None,
+    on_slow: Callable[[str], None] | None = None,
+    **options: Any,
+) -> CellRun:
+    """Run a cell as a hybrid workflow, as ``%%qonductor`` does (without the display): split it
+    once, submit it, wait, print what it printed and set the names it assigned in ``namespace``.
+
+    ``detach`` returns at once with a WorkflowHandle. ``on_slow(workflow_id)`` is called once if
+    the workflow is still running after SLOW_AFTER_S. Interrupted (or past ``timeout``), the
+    wait raises a QonductorError saying how to get at the workflow, which goes on running.
+    ``options`` are the run's (shots, priority, seed, placement, plan).
+    """
+    cell = split_in_notebook(source, namespace)
+    run = CellRun(cell)
+    if dry_run or not cell.graph.has_quantum:
+        return run
+    run.workflow_id = workflow_id = _submit(cell, namespace, config, name, options)
+    if detach:
+        from .handle import WorkflowHandle
+
+        run.handle = WorkflowHandle(workflow_id, namespace=namespace)
+        return run
+    run.reply = _wait_for_cell(workflow_id, timeout, on_slow)
+    if run.reply.stdout:
+        sys.stdout.write(run.reply.stdout)
+    run.applied = bring_back(workflow_id, run.reply, namespace)
+    return run
+
+
+def _wait_for_cell(
+    workflow_id: str, timeout: float | None, on_slow: Callable[[str], None] | None
+) -> P.WorkflowReply:
+    try:
+        if on_slow is not None:
+            # A cell done within SLOW_AFTER_S has no use for the live widget (building it would
+            # cost more than the cell); a longer one gets it from then on.
+            reply = final_within(workflow_id, min(SLOW_AFTER_S, timeout or SLOW_AFTER_S))
+            if reply is not None:
+                return reply
+            on_slow(workflow_id)
+        return wait(workflow_id, timeout)
+    except (KeyboardInterrupt, TimeoutError) as exc:
+        # The workflow is safe on the orchestrator; tell the user how to get at it.
+        why = "Interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
+        raise QonductorError(
+            f"{why}. Workflow {workflow_id} goes on running on the orchestrator: get its "
+            f"values with qonductor_jupyter.workflow_results({workflow_id!r}) or stop it "
+            f"with %qonductor cancel {workflow_id}"
+        ) from None
 
 
 def collect(
@@ -454,7 +467,5 @@ def run_primitive(kind: str, *args: Any, shots: int | None = None) -> Any:
     inputs = pickle_inputs(dict(zip(names, args, strict=True)))
     workflow_id = _invoke(image_id, inputs, {"shots": shots})
     reply = wait(workflow_id)
-    if reply.state == "failed":
-        raise WorkflowFailed(reply)
     _raise_for(reply)
     return cloudpickle.loads((reply.outputs or {})["value"])

@@ -1,18 +1,20 @@
-"""A handle on a running workflow, for ``%%qonductor --no-wait`` (in the manner of ipyparallel's
-AsyncResult and qiskit-serverless's job): the cell returns at once; the handle reports progress,
-blocks for the results when asked, cancels, and puts the values the cell assigns into the
-notebook's namespace when the workflow completes.
+"""A handle on a running workflow, for ``%%qonductor --no-wait``: a ``concurrent.futures.Future``
+(as ipyparallel's AsyncResult is) of the values the cell assigns. The cell returns at once; the
+handle reports progress, blocks for the results when asked, cancels, and puts the values the cell
+assigns into the notebook's namespace when the workflow completes. Being a Future, it works with
+``concurrent.futures.wait``/``as_completed``, ``add_done_callback`` and ``asyncio.wrap_future``.
 
-The completion watch runs on a daemon thread that long-polls the orchestrator (the kernel's main
-thread stays free). It only waits: the results stay bytes until the main thread takes them. They
-used to be unpickled on the watch thread, and the kernel died (SIGSEGV in ``cloudpickle.loads``)
-when a second handle's values came in. The cause is the allocator qiskit 2.6's Rust extension
-links (mimalloc 3.3.2): the thread that first loads qiskit becomes its "main" thread, and a later
-thread that reuses that exited thread's stack is taken for it and touches a freed heap
-(microsoft/mimalloc#1287). So qiskit is loaded on the kernel's main thread before any watch
-starts, and the values are unpickled and set on the main thread: at once through the kernel's
-event loop when the kernel is idle, before the next cell runs otherwise, or in ``result()`` when
-it is called first.
+One watcher per kernel settles every handle: a daemon thread with its own client and one
+subscription to the orchestrator's events (the kernel's main thread stays free, and no handle costs
+a thread or a connection of its own). The watcher only waits: it settles a handle with the final
+reply, whose values stay bytes until the main thread takes them. They used to be unpickled on the
+watching thread, and the kernel died (SIGSEGV in ``cloudpickle.loads``) when a second handle's
+values came in. The cause is the allocator qiskit 2.6's Rust extension links (mimalloc 3.3.2): the
+thread that first loads qiskit becomes its "main" thread, and a later thread that reuses that
+exited thread's stack is taken for it and touches a freed heap (microsoft/mimalloc#1287). So qiskit
+is loaded on the kernel's main thread before any watch starts, and the values are unpickled and set
+on the main thread: at once through the kernel's event loop when the kernel is idle, before the
+next cell runs otherwise, or in ``result()`` when it is called first.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from concurrent import futures
 from typing import Any
 
-FINAL = ("done", "failed", "cancelled")
+from kernel_server.core.jobs import FINAL_STATES, FINAL_WORKFLOW_STATES
 
 # Handles whose results arrived and wait for the main thread (see _on_main_thread).
 _pending: weakref.WeakSet[WorkflowHandle] = weakref.WeakSet()
@@ -40,8 +43,9 @@ def apply_arrived() -> None:
         handle._apply()
 
 
-def _on_main_thread(handle: WorkflowHandle) -> None:
+def _on_main_thread(handle: futures.Future) -> None:
     """Have the main thread apply the handle's results as soon as it can."""
+    assert isinstance(handle, WorkflowHandle)
     with _pending_lock:
         _pending.add(handle)
     try:
@@ -64,85 +68,161 @@ def _on_main_thread(handle: WorkflowHandle) -> None:
 def _load_qiskit_here() -> None:
     """Load qiskit's Rust extension on the main thread (see the module docstring): no thread
     that ends may be the first to load it."""
-    if (
-        "qiskit._accelerate" in sys.modules
-        or threading.current_thread() is not threading.main_thread()
-    ):
+    if "qiskit._accelerate" in sys.modules or not _on_main():
         return
     import qiskit  # noqa: F401
 
 
-class WorkflowHandle:
-    """What ``%%qonductor --no-wait`` returns (and stores under ``-o NAME``)."""
+def _on_main() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+class _Watcher:
+    """The kernel's one watch over its open handles. Its thread has a client of its own (its
+    requests never queue behind the notebook's) and one subscription to the orchestrator's
+    events: a job's final event wakes it to ask for that workflow's state. Every SWEEP_S it asks
+    for every open workflow, for what a subscription misses (an event published before it
+    connected, or by an orchestrator restarted on new endpoints)."""
+
+    SWEEP_S = 2.0
+
+    def __init__(self) -> None:
+        from .client import Client
+
+        self._client = Client()
+        self._open: dict[str, list[WorkflowHandle]] = {}
+        self._due: set[str] = set()
+        self._wake = threading.Condition()
+        self._subscription: Any = None
+        self._subscribed_to: str | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True, name="qonductor-watcher")
+        self.thread.start()
+
+    def add(self, handle: WorkflowHandle) -> None:
+        with self._wake:
+            self._open.setdefault(handle.workflow_id, []).append(handle)
+            self._due.add(handle.workflow_id)  # it may be final already: no event would come
+            self._wake.notify()
+
+    def _on_event(self, event: Any) -> None:  # on the subscription's thread
+        if event.state in FINAL_STATES:
+            with self._wake:
+                if event.workflow_id in self._open:
+                    self._due.add(event.workflow_id)
+                    self._wake.notify()
+
+    def _next_due(self, swept: float) -> tuple[list[str], float]:
+        """Wait for something to ask about: the workflows due, and when the last sweep was."""
+        with self._wake:
+            self._wake.wait_for(lambda: self._open)  # nothing open: sleep until a handle comes
+            self._wake.wait_for(
+                lambda: self._due, max(0.0, swept + self.SWEEP_S - time.monotonic())
+            )
+            due = self._due & self._open.keys()
+            self._due.clear()
+            if time.monotonic() >= swept + self.SWEEP_S:
+                due, swept = set(self._open), time.monotonic()
+        return sorted(due), swept
+
+    def _run(self) -> None:
+        swept = time.monotonic()
+        while True:
+            due, swept = self._next_due(swept)
+            self._follow()
+            for workflow_id in due:
+                self._check(workflow_id)
+
+    def _follow(self) -> None:
+        """Subscribe where the client's orchestrator publishes: at first, and again after the
+        client moved to a restarted one."""
+        try:
+            pub = self._client.info.pub
+            if pub == self._subscribed_to:
+                return
+            if self._subscription is not None:
+                self._subscription.close()
+            self._subscription = self._client.subscribe(self._on_event)
+            self._subscribed_to = pub
+        except Exception:  # no events for now: the sweep still settles every handle
+            self._subscription = self._subscribed_to = None
+
+    def _check(self, workflow_id: str) -> None:
+        from . import api
+
+        try:
+            reply = api.final_within(workflow_id, 0.0, client=self._client)
+        except Exception as exc:  # orchestrator gone (the client restarts a dead one): result()
+            self._settle(workflow_id, exc)  # says so, and the handle stays
+            return
+        if reply is not None:
+            self._settle(workflow_id, reply)
+
+    def _settle(self, workflow_id: str, outcome: Any) -> None:
+        with self._wake:
+            handles = self._open.pop(workflow_id, [])
+        for handle in handles:
+            if isinstance(outcome, BaseException):
+                handle.set_exception(outcome)
+            else:
+                handle.set_result(outcome)
+
+
+_watcher: _Watcher | None = None
+_watcher_lock = threading.Lock()
+
+
+def _watch(handle: WorkflowHandle) -> None:
+    global _watcher
+    with _watcher_lock:
+        if _watcher is None:
+            _watcher = _Watcher()
+    _watcher.add(handle)
+
+
+def _on_watcher() -> bool:
+    return _watcher is not None and threading.current_thread() is _watcher.thread
+
+
+class WorkflowHandle(futures.Future[Any]):
+    """What ``%%qonductor --no-wait`` returns (and stores under ``-o NAME``).
+
+    As a Future it is done when the workflow is final: ``result()`` gives the values the cell
+    assigned (or raises WorkflowFailed, WorkflowCancelled, or what cut the kernel off from the
+    orchestrator) and ``exception()`` that error. Done callbacks run on the watcher's thread:
+    keep them short; ``status()`` answers there, ``result()`` does not (the values are taken in
+    on the main thread). ``on_done(handle)`` runs on the main thread once the names are set.
+    """
 
     def __init__(
         self,
         workflow_id: str,
         namespace: dict[str, Any] | None = None,
         on_done: Callable[[WorkflowHandle], None] | None = None,
-        watch: bool = True,
     ) -> None:
+        super().__init__()
         self.workflow_id = workflow_id
         self._namespace = namespace
         self._on_done = on_done
-        self._lock = threading.Lock()
-        self._arrived = threading.Event()  # the final reply is here (still bytes)
-        self._finished = threading.Event()  # its values are unpickled (and set)
-        self._reply: Any = None
-        self._outputs: dict[str, Any] | None = None
-        self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
-        if watch:
-            _load_qiskit_here()
-            self._thread = threading.Thread(
-                target=self._watch, daemon=True, name=f"qonductor-{workflow_id}"
-            )
-            self._thread.start()
+        # The values, once the main thread has unpickled them and set the names. The handle is
+        # done before that: when the final reply (still bytes) arrives.
+        self._applied: futures.Future[dict[str, Any]] = futures.Future()
+        self.add_done_callback(_on_main_thread)
+        _load_qiskit_here()
+        _watch(self)
 
-    # ------------------------------------------------------------------ the watch
-    def _watch(self) -> None:
-        from . import api
-        from .client import Client
-
-        # Its own connection: the long poll must not hold the kernel's shared client.
-        client = Client()
-        reply = None
-        error: BaseException | None = None
-        try:
-            while True:
-                try:
-                    reply = api.wait(self.workflow_id, timeout=None, client=client)
-                    break
-                except TimeoutError:
-                    continue
-                except Exception as exc:  # orchestrator gone: say so on result(), keep handle
-                    error = exc
-                    break
-        finally:
-            client.close()
-        with self._lock:
-            self._reply, self._error = reply, error
-        self._arrived.set()
-        _on_main_thread(self)
-
+    # ------------------------------------------------------------------ settling
     def _apply(self) -> None:
         """Unpickle the results and set the names: main thread only, once."""
-        if not self._arrived.is_set() or threading.current_thread() is not threading.main_thread():
+        if not self.done() or self._applied.done() or not _on_main():
             return
-        with self._lock:
-            if self._finished.is_set():
-                return
-            reply, error, outputs = self._reply, self._error, None
-            if reply is not None and error is None:
-                from . import api
+        from . import api
 
-                try:
-                    applied = api.bring_back(self.workflow_id, reply, self._namespace or {})
-                    outputs = applied.values
-                except Exception as exc:
-                    error = exc
-            self._outputs, self._error = outputs, error
-            self._finished.set()
+        try:
+            reply = super().result()
+            namespace = self._namespace if self._namespace is not None else {}
+            self._applied.set_result(api.bring_back(self.workflow_id, reply, namespace).values)
+        except Exception as exc:
+            self._applied.set_exception(exc)
         with _pending_lock:
             _pending.discard(self)
         if self._on_done is not None:
@@ -151,26 +231,46 @@ class WorkflowHandle:
             except Exception:  # a display callback must not break the handle
                 pass
 
-    def _settled(self, timeout: float | None) -> bool:
-        """Wait for the results; on the main thread, take them in right away."""
-        if threading.current_thread() is threading.main_thread():
-            if not self._arrived.wait(timeout):
-                return False
+    def _final(self, timeout: float | None) -> Any:
+        """The final reply; the watch's error; TimeoutError if not final within ``timeout``."""
+        try:
+            return super().result(timeout)
+        except futures.TimeoutError:  # not the builtin before Python 3.11
+            raise TimeoutError(
+                f"workflow {self.workflow_id} is still {self.status()} after {timeout} s; "
+                "it goes on running (call result() again, or cancel())"
+            ) from None
+
+    def _final_reply(self) -> Any:
+        """The final reply if the watcher has it, else None."""
+        if not self.done() or super().exception(0) is not None:
+            return None
+        return super().result(0)
+
+    def _values(self, timeout: float | None) -> dict[str, Any]:
+        if _on_main():
             self._apply()
-            return True
-        return self._finished.wait(timeout)
+        elif _on_watcher() and not self._applied.done():
+            raise RuntimeError(
+                f"result() of {self.workflow_id} in a done callback: the values are unpickled "
+                "on the main thread; call result() there (status() answers here)"
+            )
+        try:
+            return self._applied.result(timeout)
+        except futures.TimeoutError:
+            raise TimeoutError(
+                f"workflow {self.workflow_id} is final, and its values wait for the main thread"
+            ) from None
 
     # ------------------------------------------------------------------ the API
     def status(self) -> str:
         """pending, running, done, failed or cancelled (asks the orchestrator if still open)."""
-        if self._arrived.is_set() and self._reply is not None:
-            return str(self._reply.state)
+        reply = self._final_reply()
+        if reply is not None:
+            return str(reply.state)
         from . import api
 
         return api.workflow_status(self.workflow_id)
-
-    def done(self) -> bool:
-        return self.status() in FINAL
 
     def ready(self) -> bool:  # ipyparallel's name
         return self.done()
@@ -184,41 +284,52 @@ class WorkflowHandle:
         """
         from . import api
 
-        if self._thread is None:  # not watched: fetch directly
-            return api.workflow_results(self.workflow_id, timeout, partial=partial)
-        if not self._settled(timeout):
-            raise TimeoutError(
-                f"workflow {self.workflow_id} is still {self.status()} after {timeout} s; "
-                "it goes on running (call result() again, or cancel())"
-            )
-        with self._lock:
-            reply, outputs, error = self._reply, self._outputs, self._error
-        if error is not None:
-            raise error
+        deadline = None if timeout is None else time.monotonic() + timeout
+        reply = self._final(timeout)
+        values = self._values(None if deadline is None else max(0.0, deadline - time.monotonic()))
         if not partial:
             api.raise_final(reply)
-        return dict(outputs or {})
+        return dict(values)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """What ``result()`` raises once final (None for a done workflow); TimeoutError if not
+        final within ``timeout``. Off the main thread the names are not looked at."""
+        from . import api
+
+        try:
+            reply = self._final(timeout)
+            if _on_main():
+                self._values(None)  # setting the names failed: result() raises that
+            api.raise_final(reply)
+        except TimeoutError:
+            raise
+        except Exception as exc:
+            return exc
+        return None
 
     def get(self, timeout: float | None = None) -> dict[str, Any]:  # ipyparallel's name
         return self.result(timeout)
 
-    def cancel(self) -> dict[str, Any]:
+    # The Future's cancel(), asked to cancel the run: a dict as %qonductor cancel shows it,
+    # which is truthy where a bool is expected (asyncio cancels a wrapped handle with it).
+    def cancel(self) -> dict[str, Any]:  # type: ignore[override]
         """Cancel the workflow and every child job (queued QPU jobs included)."""
         from . import api
 
         return api.cancel(self.workflow_id)
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the workflow is final; True if it is."""
-        if self._thread is None:
-            from . import api
-
-            try:
-                api.wait(self.workflow_id, timeout)
-                return True
-            except TimeoutError:
-                return False
-        return self._settled(timeout)
+        """Block until the workflow is final; True if it is (on the main thread its names are
+        set by then)."""
+        try:
+            self._final(timeout)
+        except TimeoutError:
+            return False
+        except Exception:  # final, with the watch's error: result() raises it
+            return True
+        if _on_main():
+            self._apply()
+        return True
 
     def wait_interactive(
         self, interval: float = 0.5, timeout: float | None = None, stream: Any = None
@@ -238,9 +349,9 @@ class WorkflowHandle:
                 f"done, {elapsed:5.1f} s"
             )
             stream.flush()
-            if info.state in FINAL:
+            if info.state in FINAL_WORKFLOW_STATES:
                 stream.write("\n")
-                self._settled(5.0)
+                self.wait(5.0)
                 return
             if timeout is not None and elapsed >= timeout:
                 stream.write("\n")
@@ -248,5 +359,5 @@ class WorkflowHandle:
             time.sleep(interval)
 
     def __repr__(self) -> str:
-        state = self._reply.state if self._arrived.is_set() and self._reply else "submitted"
-        return f"<WorkflowHandle {self.workflow_id}: {state}>"
+        reply = self._final_reply()
+        return f"<WorkflowHandle {self.workflow_id}: {reply.state if reply else 'submitted'}>"

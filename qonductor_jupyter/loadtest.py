@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernel_server.core.jobs import FINAL_WORKFLOW_STATES
 from kernel_server.wire import protocol as P
 
 from .client import Client, read_connection
@@ -82,83 +83,120 @@ def run_load(
     info = read_connection()
     assert info is not None
     interval = clients * 3600.0 / (workflows_per_hour * compression)  # per client
-    ids: list[str] = []
-    latencies: list[float] = []
-    errors: list[str] = []
-    lock = threading.Lock()
     rss: list[float] = [rss_mb(info.pid)]
     stop_sampling = threading.Event()
-
-    def sample_memory() -> None:
-        while not stop_sampling.wait(0.5):
-            try:
-                rss.append(rss_mb(info.pid))
-            except OSError:
-                return
-
-    def client_loop(index: int) -> None:
-        client = Client(autostart=False, info=info)
-        start = time.monotonic() + index * interval / clients  # spread the clients' phases
-        k = 0
-        try:
-            while (due := start + k * interval) < t0 + duration_s:
-                time.sleep(max(0.0, due - time.monotonic()))
-                workflow_id = "wf-" + uuid.uuid4().hex[:12]
-                sent = time.perf_counter()
-                try:
-                    client.request(P.Invoke(image_id=image_id, workflow_id=workflow_id), timeout=30)
-                except Exception as exc:  # counted and reported, the load goes on
-                    with lock:
-                        errors.append(f"{type(exc).__name__}: {exc}")
-                else:
-                    with lock:
-                        latencies.append((time.perf_counter() - sent) * 1000)
-                        ids.append(workflow_id)
-                k += 1
-        finally:
-            client.close()
-
-    sampler = threading.Thread(target=sample_memory, daemon=True)
+    sampler = threading.Thread(
+        target=_sample_memory, args=(info.pid, rss, stop_sampling), daemon=True
+    )
     sampler.start()
-    t0 = time.monotonic()
-    threads = [threading.Thread(target=client_loop, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    submitted_for = time.monotonic() - t0
+    load, submitted_for = _submit(info, image_id, clients, interval, duration_s)
     waiter = Client(autostart=False, info=info)
-    final: dict[str, int] = {}
-    deadline = time.monotonic() + wait_s
     try:
-        for workflow_id in ids:
-            left = max(1.0, deadline - time.monotonic())
-            reply = waiter.request(
-                P.GetResults(workflow_id=workflow_id, wait_s=min(30.0, left)), timeout=60
-            )
-            while (
-                reply.state not in ("done", "failed", "cancelled") and time.monotonic() < deadline
-            ):
-                reply = waiter.request(
-                    P.GetResults(workflow_id=workflow_id, wait_s=30.0), timeout=60
-                )
-            final[reply.state] = final.get(reply.state, 0) + 1
-        listing = waiter.request(P.ListWorkflows(limit=len(ids) + 1000), timeout=60)
+        final = _wait_all(waiter, load.ids, wait_s)
+        listing = waiter.request(P.ListWorkflows(limit=len(load.ids) + 1000), timeout=60)
     finally:
         waiter.close()
         stop_sampling.set()
-    listed = [w["id"] for w in listing.data["workflows"]]  # type: ignore[attr-defined]
-    mine = [w for w in listed if w in set(ids)]
+    if not isinstance(listing, P.Ok):
+        raise RuntimeError(f"list_workflows answered {listing.op!r}")
+    listed = [w["id"] for w in listing.data["workflows"]]
+    ids = set(load.ids)
+    mine = [w for w in listed if w in ids]
     return LoadReport(
-        submitted=len(ids),
+        submitted=len(load.ids),
         final=final,
-        lost=len(set(ids) - set(mine)),
+        lost=len(ids - set(mine)),
         duplicated=len(mine) - len(set(mine)),
         seconds=submitted_for,
-        latencies_ms=latencies,
+        latencies_ms=load.latencies,
         rss_mb=rss,
-        errors=errors,
+        errors=load.errors,
     )
+
+
+@dataclass
+class _Load:
+    """What the clients did, gathered from their threads."""
+
+    ids: list[str] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _sample_memory(pid: int, rss: list[float], stop: threading.Event) -> None:
+    while not stop.wait(0.5):
+        try:
+            rss.append(rss_mb(pid))
+        except OSError:
+            return
+
+
+def _submit(
+    info: Any, image_id: str, clients: int, interval: float, duration_s: float
+) -> tuple[_Load, float]:
+    """Run the clients until ``duration_s`` is over; what they did, and how long it took."""
+    load = _Load()
+    t0 = time.monotonic()
+    threads = [
+        threading.Thread(
+            target=_client_loop,
+            # Each client's phase is shifted by its share of the interval: spread, not bursts.
+            args=(info, image_id, index * interval / clients, interval, t0 + duration_s, load),
+        )
+        for index in range(clients)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return load, time.monotonic() - t0
+
+
+def _client_loop(
+    info: Any, image_id: str, phase: float, interval: float, end: float, load: _Load
+) -> None:
+    """One client: an Invoke every ``interval`` s until ``end``, each round trip timed."""
+    client = Client(autostart=False, info=info)
+    start = time.monotonic() + phase
+    k = 0
+    try:
+        while (due := start + k * interval) < end:
+            time.sleep(max(0.0, due - time.monotonic()))
+            workflow_id = "wf-" + uuid.uuid4().hex[:12]
+            sent = time.perf_counter()
+            try:
+                client.request(P.Invoke(image_id=image_id, workflow_id=workflow_id), timeout=30)
+            except Exception as exc:  # counted and reported, the load goes on
+                with load.lock:
+                    load.errors.append(f"{type(exc).__name__}: {exc}")
+            else:
+                with load.lock:
+                    load.latencies.append((time.perf_counter() - sent) * 1000)
+                    load.ids.append(workflow_id)
+            k += 1
+    finally:
+        client.close()
+
+
+def _wait_all(waiter: Client, ids: list[str], wait_s: float) -> dict[str, int]:
+    """Wait for every workflow (until ``wait_s`` is over); how many ended in each state."""
+    final: dict[str, int] = {}
+    deadline = time.monotonic() + wait_s
+    for workflow_id in ids:
+        state = _results(waiter, workflow_id, min(30.0, max(1.0, deadline - time.monotonic())))
+        while state not in FINAL_WORKFLOW_STATES and time.monotonic() < deadline:
+            state = _results(waiter, workflow_id, 30.0)
+        final[state] = final.get(state, 0) + 1
+    return final
+
+
+def _results(client: Client, workflow_id: str, wait_s: float) -> str:
+    """One long poll for a workflow's results; the state it is in."""
+    reply = client.request(P.GetResults(workflow_id=workflow_id, wait_s=wait_s), timeout=60)
+    if not isinstance(reply, P.WorkflowReply):
+        raise RuntimeError(f"results of {workflow_id} answered {reply.op!r}")
+    return reply.state
 
 
 def describe(report: LoadReport) -> dict[str, Any]:

@@ -20,9 +20,10 @@ from typing import Any
 import ipywidgets as w
 import numpy as np
 
-from .widgets import FINAL, FollowsWorkflow
+from kernel_server.core.deployment import PRIORITIES
+from kernel_server.core.jobs import FINAL_WORKFLOW_STATES
 
-PREFERENCE_OPTIONS = ("fidelity", "balanced", "jct")
+from .widgets import FollowsWorkflow
 
 
 def ranked(plans: list[dict[str, Any]], preference: str) -> tuple[list[int], int]:
@@ -105,7 +106,7 @@ class StepPlans(w.VBox):
         self.plans = plans
         self._on_choose = on_choose
         self.preference = w.ToggleButtons(
-            options=PREFERENCE_OPTIONS, value=preference, description="priority"
+            options=PRIORITIES, value=preference, description="priority"
         )
         self.preference.observe(lambda _change: self.redraw(), names="value")
         self.table = w.GridBox(layout=w.Layout(grid_template_columns="repeat(9, auto)"))
@@ -182,7 +183,7 @@ class PlanSelectionWidget(FollowsWorkflow, w.VBox):
         self.box = w.VBox()
         super().__init__([self.status, self.box])
         self.refresh()
-        if live and self.state not in FINAL:
+        if live and self.state not in FINAL_WORKFLOW_STATES:
             self._follow(workflow_id, self.status)
 
     def refresh(self) -> None:
@@ -208,14 +209,14 @@ class PlanSelectionWidget(FollowsWorkflow, w.VBox):
                 f"waiting for a plan for step {', '.join(map(str, waiting))}"
                 if waiting
                 else "estimating plans..."
-                if self.state not in FINAL and not self.chosen
+                if self.state not in FINAL_WORKFLOW_STATES and not self.chosen
                 else ""
             )
             self.status.value = (
                 f"<b>Qonductor workflow</b> <code>{html.escape(self.workflow_id)}</code>: "
                 f"{html.escape(self.state)} {html.escape(note)}"
             )
-        if self.state in FINAL:
+        if self.state in FINAL_WORKFLOW_STATES:
             self._unfollow()
 
     def _on_choose(self, step_id: int, plan: int) -> None:

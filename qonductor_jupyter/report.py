@@ -6,6 +6,8 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernel_server.core.jobs import FINAL_STATES
+
 
 def _fmt_s(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
@@ -158,7 +160,7 @@ class WorkflowReport:
         """Quantum steps whose plans are not made yet, and why."""
         lines = []
         for step in self.steps:
-            if step["kind"] == "classical" or step_plans(step) or step["state"] in FINAL:
+            if step["kind"] == "classical" or step_plans(step) or step["state"] in FINAL_STATES:
                 continue
             where = f"step {step['step_id']} (lines {step['lineno']}-{step['end_lineno']})"
             if step["state"] in ("pending", "queued"):
@@ -190,7 +192,6 @@ class WorkflowReport:
         return "".join(parts)
 
 
-FINAL = ("done", "failed", "cancelled")
 Sections = list[tuple[str, list[dict[str, Any]] | str, list[str]]]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
-PRIORITIES = ("fidelity", "balanced", "jct")
+from kernel_server.core.deployment import PRIORITIES
 
 
 class Qonductor(Configurable):

@@ -15,17 +15,9 @@ from typing import Any
 
 import ipywidgets as w
 
-STEP_STATES = (
-    "pending",
-    "estimating",
-    "queued",
-    "running",
-    "post-processing",
-    "done",
-    "failed",
-    "cancelled",
-)
-FINAL = ("done", "failed", "cancelled")
+from kernel_server.core.jobs import FINAL_STATES, FINAL_WORKFLOW_STATES, JobState
+
+STEP_STATES = tuple(state.value for state in JobState)  # in the order a step goes through them
 _PROGRESS = {  # how far along a step is, by state (a step has no finer progress to report)
     "pending": 0.0,
     "estimating": 0.15,
@@ -48,7 +40,7 @@ def step_view(step: dict[str, Any], now: float, first_seen: dict[int, float]) ->
     jobs = step.get("qpu_jobs") or []
     state = step["state"]
     # A quantum step's own state is coarse; its QPU jobs say where it really is.
-    open_jobs = [j for j in jobs if j["state"] not in FINAL]
+    open_jobs = [j for j in jobs if j["state"] not in FINAL_STATES]
     if state == "running" and open_jobs:
         order = {s: i for i, s in enumerate(STEP_STATES)}
         state = min((j["state"] for j in open_jobs), key=lambda s: order.get(s, 0))
@@ -57,8 +49,8 @@ def step_view(step: dict[str, Any], now: float, first_seen: dict[int, float]) ->
     sid = int(step["step_id"])
     if state not in ("pending",) and sid not in first_seen:
         first_seen[sid] = now
-    elapsed = (now - first_seen[sid]) if sid in first_seen and state not in FINAL else None
-    if state in FINAL:
+    elapsed = (now - first_seen[sid]) if sid in first_seen and state not in FINAL_STATES else None
+    if state in FINAL_STATES:
         total = (step.get("queue_s") or 0.0) + (step.get("run_s") or 0.0)
         elapsed = total if total else None
     return {
@@ -123,7 +115,7 @@ class JobStatusWidget(FollowsWorkflow, w.VBox):
         self.message = w.HTML()
         super().__init__([self.title, self.grid, w.HBox([self.cancel_button, self.message])])
         self.refresh()
-        if live and self.state not in FINAL:
+        if live and self.state not in FINAL_WORKFLOW_STATES:
             self._follow(workflow_id, self.message)
 
     def refresh(self) -> None:
@@ -137,7 +129,7 @@ class JobStatusWidget(FollowsWorkflow, w.VBox):
                 self.message.value = html.escape(f"cannot reach the orchestrator: {exc}")
                 return
             self._draw(info)
-        if self.state in FINAL:
+        if self.state in FINAL_WORKFLOW_STATES:
             self._unfollow()
 
     def _draw(self, info: Any) -> None:
@@ -161,9 +153,9 @@ class JobStatusWidget(FollowsWorkflow, w.VBox):
                 )
             )
         self.grid.children = cells
-        self.cancel_button.disabled = info.state in FINAL
+        self.cancel_button.disabled = info.state in FINAL_WORKFLOW_STATES
         # A finished workflow has nothing left to cancel: hide the button rather than grey it.
-        self.cancel_button.layout.display = "none" if info.state in FINAL else None
+        self.cancel_button.layout.display = "none" if info.state in FINAL_WORKFLOW_STATES else None
         if info.state == "failed" and info.error:
             self.message.value = f"<pre>{html.escape(info.error)}</pre>"
         # Last, so whoever sees the new state also sees the rows drawn for it.

@@ -102,9 +102,9 @@ def test_handle_results_are_unpickled_on_the_main_thread_only(shell, monkeypatch
     shell.run_cell("%%qonductor --no-wait -o job\n" + BELL + "counts = sample(qc, shots=16)\n")
     handle = shell.user_ns["job"]
     deadline = time.monotonic() + 120
-    while not handle._arrived.is_set() and time.monotonic() < deadline:
+    while not handle.done() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert handle._arrived.is_set()
+    assert handle.done()  # the watcher has the final reply
     assert threads == []  # arrived, but nothing unpickled off the main thread
     assert shell.run_cell("n = sum(counts.values())").success  # applied before this cell
     assert shell.user_ns["n"] == 16

@@ -329,3 +329,8 @@ class WorkflowRun:
             summary["qpu_jobs"] = [q.summary() for q in by_step.get(s["id"], [])]
             out.append(summary)
         return out
+
+
+# The final workflow states as plain strings, for code that holds states as text (replies, events,
+# JSON rows): one declaration, derived from WorkflowState.
+FINAL_WORKFLOW_STATES = frozenset(state.value for state in WorkflowState if state.final)

@@ -14,11 +14,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from kernel_server.core.jobs import FINAL_WORKFLOW_STATES
 from kernel_server.wire import protocol as P
 
 from ..client import Client, OrchestratorUnavailable, Subscription, pid_alive, read_connection
-
-FINAL_STATES = frozenset({"done", "failed", "cancelled"})
 
 
 class ManagerError(Exception):
@@ -66,24 +65,32 @@ class QonductorManager:
         except Exception as exc:
             raise _http_error(exc) from exc
 
+    async def _data(self, message: P.Message) -> dict[str, Any]:
+        """The ``data`` of the orchestrator's Ok reply to ``message``."""
+        reply = await self._request(message)
+        if not isinstance(reply, P.Ok):
+            raise ManagerError(500, f"{message.op}: the orchestrator answered {reply.op!r}")
+        return reply.data
+
     def _follow_orchestrator(self) -> bool:
         """Subscribe to the running orchestrator's events, if one runs; never start one.
 
         An orchestrator appearing, restarting (new endpoints) or going away counts as an event.
         """
         info = read_connection()
-        alive = info is not None and pid_alive(info.pid)
-        if alive and self._subscribed_to != info.pub:  # type: ignore[union-attr]
-            if self._subscription is not None:
-                self._subscription.close()
-            self._subscription = Subscription(info, self._on_event)  # type: ignore[arg-type]
-            self._subscribed_to = info.pub  # type: ignore[union-attr]
-            self._on_event(None)
-        elif not alive and self._subscription is not None:
+        if info is not None and pid_alive(info.pid):
+            if self._subscribed_to != info.pub:
+                if self._subscription is not None:
+                    self._subscription.close()
+                self._subscription = Subscription(info, self._on_event)
+                self._subscribed_to = info.pub
+                self._on_event(None)
+            return True
+        if self._subscription is not None:
             self._subscription.close()
             self._subscription, self._subscribed_to = None, None
             self._on_event(None)
-        return alive
+        return False
 
     def _on_event(self, event: P.Event | None) -> None:  # on the subscription's thread
         if self._loop is not None and not self._loop.is_closed():
@@ -96,10 +103,10 @@ class QonductorManager:
 
     # ---------------------------------------------------------------- queries
     async def fleet(self) -> dict[str, Any]:
-        reply = await self._request(P.GetFleet())
+        data = await self._data(P.GetFleet())
         now = time.time()
         devices = []
-        for d in reply.data["devices"]:  # type: ignore[attr-defined]
+        for d in data["devices"]:
             calibrated = d.get("calibrated_at")
             devices.append(
                 {
@@ -119,12 +126,13 @@ class QonductorManager:
     async def workflows(self, limit: int = 50) -> dict[str, Any]:
         if not 1 <= limit <= 1000:
             raise ManagerError(400, f"limit must be between 1 and 1000, not {limit}")
-        reply = await self._request(P.ListWorkflows(limit=limit))
+        data = await self._data(P.ListWorkflows(limit=limit))
         rows = []
-        for w in reply.data["workflows"]:  # type: ignore[attr-defined]
+        for w in data["workflows"]:
             finished = w.get("finished_at")
             # JCT as the user lives it: from submission to the final state.
-            jct = finished - w["created_at"] if finished and w["state"] in FINAL_STATES else None
+            final = finished and w["state"] in FINAL_WORKFLOW_STATES
+            jct = finished - w["created_at"] if final else None
             rows.append({**w, "jct_s": None if jct is None else round(jct, 3)})
         return {
             "workflows": rows,
@@ -139,8 +147,8 @@ class QonductorManager:
         return data
 
     async def cancel(self, workflow_id: str) -> dict[str, Any]:
-        reply = await self._request(P.Cancel(workflow_id=workflow_id))
-        return {"workflow_id": workflow_id, **reply.data}  # type: ignore[attr-defined]
+        data = await self._data(P.Cancel(workflow_id=workflow_id))
+        return {"workflow_id": workflow_id, **data}
 
     async def wait_for_event(self, after: int, timeout: float) -> dict[str, Any]:
         """Return as soon as something newer than event number ``after`` happened, else at
