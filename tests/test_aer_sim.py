@@ -208,6 +208,7 @@ def test_mid_circuit_measurement_goes_to_aer(kolkata) -> None:
         aer_sim.run_noisy(kolkata, transpiled, SHOTS, method="lazy_density_matrix")
 
 
+@pytest.mark.slow
 def test_delays_relax_as_in_from_backend() -> None:
     backend = load_backend("fake_hanoi")  # its pulse alignment makes delays need a schedule
     circuits = []

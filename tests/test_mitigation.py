@@ -349,6 +349,7 @@ def test_zne_reduces_expectation_error(kolkata):
     assert abs(zne) < 0.7 * abs(base), (base, zne)
 
 
+@pytest.mark.slow
 def test_pec_reduces_expectation_error(kolkata):
     # Same circuit. Seeds 0-9 (PEC sampling and shots): error -0.083 unmitigated, -0.010 +- 0.018
     # with PEC at 400 samples sharing gamma^2 x 4000 = 5100 shots (at 100 samples: +- 0.038; the

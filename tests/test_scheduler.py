@@ -326,6 +326,7 @@ def qpu_loads(p: SchedulingProblem, assignment: np.ndarray) -> np.ndarray:
     return p.load + np.bincount(assignment, weights=work, minlength=p.num_qpus)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preference", ["jct", "balanced", "fidelity"])
 def test_balanced_schedules_even_out_the_window_load(preference: str) -> None:
     free = nsga2_schedule(favourite_qpu_cycle(None), preference="fidelity", seed=1)

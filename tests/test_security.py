@@ -141,6 +141,7 @@ def test_connection_and_state_files_are_owner_only(orchestrator):
 _KEY = P.Signer(b"fuzz-key")
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.binary(max_size=200), max_size=4))
 def test_random_frames_give_a_protocol_error(frames):

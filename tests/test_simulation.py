@@ -23,6 +23,7 @@ FAST = Triggers(queue_size=20, interval_s=30.0)
 QUICK = {"population": 40, "max_generations": 20}  # small NSGA-II runs keep these tests fast
 
 
+@pytest.mark.slow
 def test_simulation_is_deterministic_and_completes_every_job_once() -> None:
     w = workload()
     a = simulate(w, "qonductor-paper", seed=3, triggers=FAST, nsga2_options=QUICK)
@@ -47,6 +48,7 @@ def test_fcfs_piles_on_the_best_qpu_and_qonductor_trades_a_little_fidelity_for_j
     assert qon["mean_utilization"] > fcfs["mean_utilization"]
 
 
+@pytest.mark.slow
 def test_load_balancing_evens_the_hour_out() -> None:
     w = workload()
     free = simulate(w, "qonductor-paper", seed=1, triggers=FAST, nsga2_options=QUICK, balance=None)
