@@ -23,8 +23,9 @@ from qiskit.quantum_info import hellinger_fidelity
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernel_server.backends import aer_sim  # noqa: E402
+from kernel_server.backends.compile import transpile_for  # noqa: E402
 from kernel_server.backends.devices import family_of, load_backend  # noqa: E402
-from kernel_server.estimator.numerical import numerical_estimate, transpile_for  # noqa: E402
+from kernel_server.estimator.numerical import numerical_estimate  # noqa: E402
 
 
 def ghz(num_qubits: int) -> QuantumCircuit:

@@ -23,9 +23,10 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kernel_server.estimator import runtime as rt  # noqa: E402
+from kernel_server.core.paths import SHARED_DATA_DIR  # noqa: E402
+from kernel_server.estimator import runtime_training as rt  # noqa: E402
 
-DATA = (REPO / ".." / "shared" / "data" / "ibm_runtime_train.csv").resolve()
+DATA = SHARED_DATA_DIR / "ibm_runtime_train.csv"  # QONDUCTOR_DATA, or ../shared/data
 
 
 def fit_poly2(train: pd.DataFrame):

@@ -12,13 +12,13 @@ from qiskit_aer import AerSimulator
 from qiskit_aer.noise import NoiseModel
 
 from kernel_server.backends import aer_sim
+from kernel_server.backends.compile import transpile_for
 from kernel_server.backends.devices import load_backend
 from kernel_server.backends.observables import (
     PauliGroup,
     expectation_from_counts,
     measurement_circuits,
 )
-from kernel_server.estimator.numerical import transpile_for
 
 SHOTS = 1000
 

@@ -10,6 +10,13 @@ from qiskit.circuit.library import QFTGate
 from qiskit.providers.fake_provider import GenericBackendV2
 from qiskit_ibm_runtime.fake_provider import FakeKolkataV2
 
+from kernel_server.backends.compile import (
+    BROKEN_ERROR,
+    CircuitTooWideError,
+    broken_entries,
+    healthy_target,
+    transpile_for,
+)
 from kernel_server.backends.devices import (
     DEFAULT_FLEET,
     SMALL_FLEET,
@@ -20,15 +27,7 @@ from kernel_server.backends.devices import (
     forget_calibration,
     load_backend,
 )
-from kernel_server.estimator.numerical import (
-    BROKEN_ERROR,
-    CircuitTooWideError,
-    NumericalEstimator,
-    broken_entries,
-    healthy_target,
-    numerical_estimate,
-    transpile_for,
-)
+from kernel_server.estimator.numerical import NumericalEstimator, numerical_estimate
 
 
 def ghz(num_qubits: int, extra_cx_pairs: int = 0) -> QuantumCircuit:

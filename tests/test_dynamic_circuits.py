@@ -18,6 +18,7 @@ from qiskit_ibm_runtime.fake_provider import FakeKolkataV2
 
 import qonductor_jupyter as qj
 from kernel_server.backends import aer_sim
+from kernel_server.backends.compile import transpile_for
 from kernel_server.backends.devices import (
     CONTROL_FLOW,
     SMALL_FLEET,
@@ -33,7 +34,7 @@ from kernel_server.estimator.mitigation import (
     run_mitigated,
     transpile_mitigated,
 )
-from kernel_server.estimator.numerical import fidelity_and_duration, transpile_for
+from kernel_server.estimator.numerical import fidelity_and_duration
 from kernel_server.estimator.plans import CircuitNotEstimable, estimate, excluded_stacks
 from kernel_server.tasks import qpu
 from kernel_server.wire.circuits import dump_circuits

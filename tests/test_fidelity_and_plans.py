@@ -15,6 +15,7 @@ from qiskit.circuit import Parameter
 from qiskit.quantum_info import hellinger_fidelity
 
 from kernel_server.backends.aer_sim import ideal_probabilities
+from kernel_server.backends.compile import CircuitTooWideError
 from kernel_server.backends.devices import SMALL_FLEET, load_backend
 from kernel_server.core.mcdm import dominates
 from kernel_server.estimator import estimate, resource_plans
@@ -23,7 +24,6 @@ from kernel_server.estimator.fidelity import (
     DERIVED_COLUMNS,
     FidelityModel,
     ModelFileError,
-    ideal_summary,
     model_features,
     stack_features,
 )
@@ -39,9 +39,9 @@ from kernel_server.estimator.fidelity_training import (
     family_folds,
     train_fidelity,
 )
+from kernel_server.estimator.ideal import ideal_summary
 from kernel_server.estimator.mitigation import UnknownMitigation, parse_stack
-from kernel_server.estimator.mitigation.stack import run_mitigated_detailed
-from kernel_server.estimator.numerical import CircuitTooWideError
+from kernel_server.estimator.mitigation.run import run_mitigated_detailed
 from kernel_server.estimator.plans import (
     PLAN_STACKS,
     CircuitNotEstimable,

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kernel_server.estimator import runtime as rt
+from kernel_server.estimator import runtime_training as rt
 from kernel_server.estimator.runtime import FEATURES, TARGET, ModelFileError, RuntimeModel
 
 DATA_DIR = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data").resolve()

@@ -12,9 +12,9 @@ from qiskit_aer import AerSimulator
 from qiskit_aer.noise import NoiseModel, depolarizing_error, thermal_relaxation_error
 
 from kernel_server.backends.aer_sim import compact_circuit
+from kernel_server.backends.compile import choose_layout, transpile_mitigated
 from kernel_server.backends.devices import load_backend
 from kernel_server.estimator.features import circuit_features
-from kernel_server.estimator.mitigation.stack import choose_layout, transpile_mitigated
 from kernel_server.estimator.state_noise import (
     depolarizing_probability,
     relaxation_fidelity,

@@ -10,6 +10,12 @@ from qiskit import QuantumCircuit
 from qiskit.transpiler import InstructionProperties
 from qiskit_ibm_runtime.fake_provider import FakeAuckland, FakeKolkataV2
 
+from kernel_server.backends.compile import (
+    BROKEN_ERROR,
+    broken_entries,
+    healthy_target,
+    transpile_for,
+)
 from kernel_server.backends.devices import (
     DEFAULT_FLEET,
     basis_gates_of,
@@ -27,14 +33,7 @@ from kernel_server.estimator.features import (
     runtime_frame,
     runtime_row,
 )
-from kernel_server.estimator.numerical import (
-    BROKEN_ERROR,
-    broken_entries,
-    fidelity_and_duration,
-    healthy_target,
-    numerical_estimate,
-    transpile_for,
-)
+from kernel_server.estimator.numerical import fidelity_and_duration, numerical_estimate
 from kernel_server.estimator.templates import (
     TemplateNotExecutable,
     TemplateRegistry,

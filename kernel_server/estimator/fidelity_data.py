@@ -5,7 +5,7 @@ plan time (the circuit compiled for the device, the stack's parameters, the
 ideal distribution's summary) and the ground truth, the Hellinger fidelity of the outcome
 distribution the run produced against the ideal one.
 
-Every row runs through ``stack.run_mitigated_detailed``, the empty stack included, so that a
+Every row runs through ``run.run_mitigated_detailed``, the empty stack included, so that a
 stack's effect is measured against the same compilation: the job's circuit is laid out once
 (noise-aware), every constructed circuit is transpiled at level 0 on that layout and scheduled,
 and each is sampled under the device's noise (``aer_sim.run_noisy``: Aer's noise model of the
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import io
 import math
 import random
 import shutil
@@ -31,7 +30,7 @@ import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from kernel_server.estimator.fidelity import TRAINED_STACKS
 
@@ -142,7 +141,7 @@ def benchmark_circuit(family: str, size: int) -> Any:
     from mqt.bench import BenchmarkLevel, get_benchmark
 
     # graphstate draws a random graph unless seeded: seed it, so a row's circuit can be rebuilt.
-    options = {"seed": size} if family in SEEDED_FAMILIES else {}
+    options: dict[str, Any] = {"seed": size} if family in SEEDED_FAMILIES else {}
     try:
         circuit = get_benchmark(family, BenchmarkLevel.INDEP, size, **options)
     except ValueError:  # the family has no circuit of that size (adders, multipliers)
@@ -159,20 +158,17 @@ def run_task(task: Task) -> list[dict[str, Any]]:
     from qiskit.quantum_info import hellinger_fidelity
 
     from kernel_server.backends.aer_sim import ideal_probabilities
+    from kernel_server.backends.compile import choose_layout
     from kernel_server.backends.devices import load_backend
     from kernel_server.estimator.features import circuit_features
     from kernel_server.estimator.fidelity import (
         circuit_class_features,
         compile_for,
-        ideal_features,
-        ideal_summary,
         stack_features,
     )
-    from kernel_server.estimator.mitigation.stack import (
-        choose_layout,
-        parse_stack,
-        run_mitigated_detailed,
-    )
+    from kernel_server.estimator.ideal import ideal_features, ideal_summary
+    from kernel_server.estimator.mitigation.run import run_mitigated_detailed
+    from kernel_server.estimator.mitigation.stack import parse_stack
 
     circuit = benchmark_circuit(task.family, task.size)
     if circuit is None:
@@ -240,7 +236,7 @@ def _run_logged(task: Task) -> tuple[Task, list[dict[str, Any]], str | None]:
         return task, [], f"{type(exc).__name__}: {exc}"
 
 
-def _open(path: Path, mode: str) -> io.TextIOBase:
+def _open(path: Path, mode: str) -> IO[str]:
     """Text file, gzip-compressed when the name ends in .gz (appending adds a gzip member)."""
     if path.suffix == ".gz":
         return gzip.open(path, mode + "t", newline="")  # type: ignore[return-value]
@@ -366,12 +362,8 @@ def refresh_feature_columns(path: str | Path, out: str | Path | None = None) -> 
     """
     from kernel_server.backends.devices import load_backend
     from kernel_server.estimator.features import circuit_features
-    from kernel_server.estimator.fidelity import (
-        circuit_class_features,
-        compile_for,
-        ideal_features,
-        ideal_summary,
-    )
+    from kernel_server.estimator.fidelity import circuit_class_features, compile_for
+    from kernel_server.estimator.ideal import ideal_features, ideal_summary
 
     rows = load_rows(path)
     compiled: dict[tuple[str, int, str], Any] = {}

@@ -22,8 +22,8 @@ from kernel_server.estimator.fidelity import (
     as_matrix,
     complete,
     model_features,
-    unknown_ideal_features,
 )
+from kernel_server.estimator.ideal import unknown_ideal_features
 
 # Gradient boosting of the correction, chosen on the leave-families-out folds that are also the
 # reported score (so that score is slightly optimistic). Unmitigated within 0.05 / mitigated MAE:

@@ -3,199 +3,24 @@
 Fidelity is the product of (1 - error) over the transpiled circuit's gates and measurements, taken
 from the device target; runtime of one shot is the critical-path length of the transpiled circuit
 with the target's durations. Both are cheap (well under a millisecond for small circuits) once the
-circuit is transpiled, which is why transpilation here must be fast and land on healthy qubits.
+circuit is transpiled, which is why transpilation (``backends.compile.transpile_for``) must be fast
+and land on healthy qubits.
 """
 
 from __future__ import annotations
 
-import inspect
-import threading
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from qiskit import QuantumCircuit
 from qiskit.circuit import Delay
 from qiskit.providers import BackendV2
-from qiskit.transpiler import PassManager, Target, TranspilerError, generate_preset_pass_manager
+from qiskit.transpiler import Target
 
-from kernel_server.backends.devices import compile_key
-from kernel_server.backends.dynamic import costliest_path, has_control_flow
-
-# An instruction this bad is a dead coupler or qubit, not a noisy one: the fake backends mark
-# broken entries with error 1.0 (FakeSherbrooke ecr(6,5), FakeKingston sx(96), ...).
-BROKEN_ERROR = 0.5
-
-# Level 2 runs VF2Layout, which scores layouts by the target's errors; level 1 falls back to the
-# trivial layout 0..n-1 on big devices and can land on a dead coupler. Level 3 gave the same
-# layouts on GHZ circuits at up to twice the cost.
-DEFAULT_OPTIMIZATION_LEVEL = 2
+from kernel_server.backends.compile import transpile_for
+from kernel_server.backends.dynamic import costliest_path
 
 _SKIPPED = frozenset({"barrier", "delay"})
-
-
-class CircuitTooWideError(ValueError):
-    """The circuit needs more qubits than the device has."""
-
-    def __init__(self, circuit_qubits: int, backend_name: str, backend_qubits: int) -> None:
-        super().__init__(
-            f"circuit has {circuit_qubits} qubits but {backend_name} has only {backend_qubits}"
-        )
-        self.circuit_qubits = circuit_qubits
-        self.backend_name = backend_name
-        self.backend_qubits = backend_qubits
-
-
-def broken_entries(
-    target: Target, threshold: float = BROKEN_ERROR
-) -> tuple[frozenset[int], frozenset[tuple[str, tuple[int, ...]]]]:
-    """Dead qubits (a broken single-qubit gate or measurement) and dead couplers of a target."""
-    dead_qubits: set[int] = set()
-    dead_couplers: set[tuple[str, tuple[int, ...]]] = set()
-    for name in target.operation_names:
-        props = target[name]
-        if props is None:
-            continue
-        for qargs, prop in props.items():
-            if qargs is None or prop is None or prop.error is None or prop.error < threshold:
-                continue
-            if len(qargs) == 1:
-                dead_qubits.add(qargs[0])
-            else:
-                dead_couplers.add((name, qargs))
-    return frozenset(dead_qubits), frozenset(dead_couplers)
-
-
-def healthy_target(target: Target, threshold: float = BROKEN_ERROR) -> Target:
-    """A copy of ``target`` without its broken entries.
-
-    A qubit whose single-qubit gate or measurement is broken leaves with every instruction on it; a
-    broken coupler leaves alone. The transpiler then cannot route through or place on them, whatever
-    layout method runs (VF2Layout avoids them by score, but SabreLayout, used when the circuit needs
-    routing, does not look at errors). The result stays a sub-target of the original, so circuits
-    compiled for it run unchanged on the device.
-    """
-    dead_qubits, dead_couplers = broken_entries(target, threshold)
-    healthy = Target(
-        description=target.description,
-        num_qubits=target.num_qubits,
-        dt=target.dt,
-        granularity=target.granularity,
-        min_length=target.min_length,
-        pulse_alignment=target.pulse_alignment,
-        acquire_alignment=target.acquire_alignment,
-        qubit_properties=target.qubit_properties,
-        concurrent_measurements=target.concurrent_measurements,
-    )
-    for name in target.operation_names:
-        operation = target.operation_from_name(name)
-        props = target[name]
-        if props is None or inspect.isclass(operation):  # global ops (control flow) stay as-is
-            healthy.add_instruction(operation, name=name)
-            continue
-        kept = {
-            qargs: prop
-            for qargs, prop in props.items()
-            if qargs is None
-            or (not dead_qubits.intersection(qargs) and (name, qargs) not in dead_couplers)
-        }
-        healthy.add_instruction(operation, kept, name=name)
-    return healthy
-
-
-@dataclass
-class _Compiler:
-    """Pass managers for one (calibration, seed, level, scheduled) combination."""
-
-    primary: PassManager  # on the healthy target
-    fallback: PassManager | None  # on the full target, when the healthy one lost entries
-    # Passes keep per-run state on themselves: one run at a time per pass manager.
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-_COMPILER_CACHE_SIZE = 64
-_compiler_lock = threading.Lock()
-_compilers: OrderedDict[tuple[Any, int, int, bool], _Compiler] = OrderedDict()
-_healthy_targets: dict[Any, Target] = {}
-
-
-def _compiler_for(
-    backend: BackendV2, seed: int, optimization_level: int, scheduled: bool = False
-) -> _Compiler:
-    cal = compile_key(backend)
-    key = (cal, seed, optimization_level, scheduled)
-    with _compiler_lock:
-        cached = _compilers.get(key)
-        if cached is not None:
-            _compilers.move_to_end(key)
-            return cached
-    target = backend.target
-    dead_qubits, dead_couplers = broken_entries(target)
-    has_broken = bool(dead_qubits or dead_couplers)
-    if has_broken:
-        with _compiler_lock:
-            healthy = _healthy_targets.get(cal)
-        if healthy is None:
-            healthy = healthy_target(target)
-            with _compiler_lock:
-                _healthy_targets[cal] = healthy
-    # Delays must be re-aligned to the device's pulse grid, which needs a schedule first (without
-    # one, ConstrainedReschedule raises "not scheduled" on e.g. fake_hanoi).
-    scheduling = {"scheduling_method": "alap"} if scheduled else {}
-    primary = generate_preset_pass_manager(
-        optimization_level=optimization_level,
-        target=healthy if has_broken else target,
-        seed_transpiler=seed,
-        **scheduling,
-    )
-    # Only needed when the healthy target is too fragmented for the circuit (then a broken entry
-    # is the price of running at all; the fidelity estimate will show it).
-    fallback = (
-        generate_preset_pass_manager(
-            optimization_level=optimization_level, target=target, seed_transpiler=seed, **scheduling
-        )
-        if has_broken
-        else None
-    )
-    compiler = _Compiler(primary, fallback)
-    with _compiler_lock:
-        _compilers[key] = compiler
-        while len(_compilers) > _COMPILER_CACHE_SIZE:
-            _compilers.popitem(last=False)
-    return compiler
-
-
-def check_width(circuit: QuantumCircuit, backend: BackendV2) -> None:
-    """Raise :class:`CircuitTooWideError` when ``circuit`` cannot fit on ``backend``."""
-    if circuit.num_qubits > backend.num_qubits:
-        raise CircuitTooWideError(circuit.num_qubits, backend.name, backend.num_qubits)
-
-
-def transpile_for(
-    circuit: QuantumCircuit,
-    backend: BackendV2,
-    seed: int = 0,
-    optimization_level: int = DEFAULT_OPTIMIZATION_LEVEL,
-) -> QuantumCircuit:
-    """Compile ``circuit`` for ``backend``, away from broken couplers and qubits.
-
-    The result has the device's full width (physical qubits) and keeps the circuit's classical
-    registers. Deterministic for a given seed and calibration. 3-15 ms for GHZ circuits of 5-12
-    qubits on 127-156 qubit devices (the pass manager is built once per calibration and seed).
-    Circuits with control flow are never scheduled: Qiskit's scheduling stage does not take it.
-    """
-    check_width(circuit, backend)
-    scheduled = not has_control_flow(circuit) and any(
-        isinstance(ci.operation, Delay) for ci in circuit.data
-    )
-    compiler = _compiler_for(backend, seed, optimization_level, scheduled)
-    with compiler.lock:
-        try:
-            return compiler.primary.run(circuit)
-        except TranspilerError:
-            if compiler.fallback is None:
-                raise
-            return compiler.fallback.run(circuit)
 
 
 @dataclass

@@ -36,12 +36,10 @@ from kernel_server.estimator.fidelity import (
     FidelityModel,
     circuit_class_features,
     compile_for,
-    ideal_features,
-    ideal_summary,
-    measured_bits,
     model_row,
     stack_features,
 )
+from kernel_server.estimator.ideal import ideal_features, ideal_summary, measured_bits
 from kernel_server.estimator.mitigation.stack import MitigationStack, StackSpec, parse_stack
 from kernel_server.estimator.prices import PriceTable
 
@@ -343,7 +341,7 @@ def resource_plans(
     ]
     fitting = [(n, b) for n, b in candidates if b.num_qubits >= circuit.num_qubits]
     if not fitting:
-        from kernel_server.estimator.numerical import CircuitTooWideError
+        from kernel_server.backends.compile import CircuitTooWideError
 
         widest = max(candidates, key=lambda nb: nb[1].num_qubits)
         raise CircuitTooWideError(circuit.num_qubits, widest[0], widest[1].num_qubits)
@@ -396,10 +394,10 @@ def rank_plans(estimates: Sequence[Estimate]) -> list[ResourcePlan]:
         members = np.flatnonzero(ranks == rank)
         crowding = _crowding(objectives[members])
         # Widest spread first; ties (and the interior) by fidelity.
-        members = sorted(
+        ranked = sorted(
             members, key=lambda i: (-crowding[list(members).index(i)], objectives[i][0])
         )
-        order.extend(int(i) for i in members)
+        order.extend(int(i) for i in ranked)
     return [ResourcePlan(int(ranks[i]), estimates[i]) for i in order]
 
 

@@ -129,6 +129,10 @@ def _relaxation_harm(rho: np.ndarray, seconds: float, t1: float, t2: float) -> f
     return gamma * max(p1 - coherence, 0.0) + p_z * (1.0 - z * z)
 
 
+# One gate of the walk: name, compact qubits, parameters, error, seconds.
+Op = tuple[str, tuple[int, ...], tuple[float, ...], float, float]
+
+
 def state_log_fidelity(
     transpiled: QuantumCircuit, target: Target, max_qubits: int = STATE_MAX_QUBITS
 ) -> float | None:
@@ -142,6 +146,10 @@ def state_log_fidelity(
     n = circuit.num_qubits
     if n == 0 or n > max_qubits:
         return None
+    gates = _gates(circuit, physical, target)
+    if gates is None:
+        return None
+    ops, measured = gates
     qprops = target.qubit_properties or []
 
     def coherence(q: int) -> tuple[float, float]:
@@ -151,7 +159,16 @@ def state_log_fidelity(
         return t1, t2
 
     times = [coherence(q) for q in range(n)]
-    ops: list[tuple[str, tuple[int, ...], tuple[float, ...], float, float]] = []
+    in_cone, start_from_end = _cone_and_schedule(ops, measured, n)
+    return max(_walk(ops, in_cone, start_from_end, times, n), LOG_FIDELITY_FLOOR)
+
+
+def _gates(
+    circuit: QuantumCircuit, physical: Sequence[int], target: Target
+) -> tuple[list[Op], set[int]] | None:
+    """The gates with their error and duration on ``physical`` qubits, and the measured qubits;
+    None when the walk cannot follow the circuit."""
+    ops: list[Op] = []
     measured: set[int] = set()
     for instruction in circuit.data:
         operation = instruction.operation
@@ -177,9 +194,14 @@ def state_log_fidelity(
         seconds = float(prop.duration) if prop is not None and prop.duration else 0.0
         params = tuple(float(p) for p in operation.params)
         ops.append((name, qargs, params, error, seconds))
+    return ops, measured
 
-    # Backward pass: the light cone of the measurements and the ALAP start of every gate
-    # (seconds before the end of the shot), whose gaps are the idle time Aer relaxes.
+
+def _cone_and_schedule(
+    ops: Sequence[Op], measured: set[int], n: int
+) -> tuple[list[bool], list[float]]:
+    """Backward pass: the light cone of the measurements and the ALAP start of every gate
+    (seconds before the end of the shot), whose gaps are the idle time Aer relaxes."""
     in_cone = [False] * len(ops)
     cone = set(measured)
     free = dict.fromkeys(range(n), 0.0)
@@ -193,7 +215,17 @@ def state_log_fidelity(
         start_from_end[i] = end + seconds
         for q in qargs:
             free[q] = end + seconds
+    return in_cone, start_from_end
 
+
+def _walk(
+    ops: Sequence[Op],
+    in_cone: Sequence[bool],
+    start_from_end: Sequence[float],
+    times: Sequence[tuple[float, float]],
+    n: int,
+) -> float:
+    """Forward pass with the statevector: the log-fidelity each event in the cone costs."""
     state = _State(n)
     last_end: dict[int, float] = {}  # per qubit: its last gate's end, in seconds before the end
     total = 0.0
@@ -219,4 +251,4 @@ def state_log_fidelity(
             # Each non-identity Pauli with probability p / d^2 (Aer's depolarizing_error).
             harm += depol * (dim2 - 1) / dim2 * _pauli_harm(state.reduced(qargs))
         total += math.log1p(-min(harm, 0.999999))
-    return max(total, LOG_FIDELITY_FLOOR)
+    return total

@@ -45,16 +45,16 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeAlias
 
 from qiskit.circuit import Gate
 from qiskit.providers import BackendV2, Options, QubitProperties
 from qiskit.transpiler import CouplingMap, InstructionProperties, Target
 
+from kernel_server.backends.compile import BROKEN_ERROR
 from kernel_server.backends.devices import calibration_id, family_of, load_backend
-from kernel_server.estimator.numerical import BROKEN_ERROR
 
-BackendLike = str | BackendV2
+BackendLike: TypeAlias = str | BackendV2
 
 
 @dataclass

@@ -23,7 +23,7 @@
       step_timeout_s: 3600         # a classical step running longer is stopped
 
 ``--fleet`` (and ``QONDUCTOR_FLEET``) take either such a file or the short forms of
-:func:`workers.fleets.resolve_fleet`. Unknown keys are refused with the known ones listed.
+:func:`backends.fleets.resolve_fleet`. Unknown keys are refused with the known ones listed.
 """
 
 from __future__ import annotations
@@ -135,53 +135,17 @@ def _names(where: str, value: Any) -> tuple[str, ...]:
 
 
 def fleet_spec_from_dict(data: dict[str, Any], where: str = "fleet") -> FleetSpec:
+    """The fleet a fleet.yaml's content describes; ``FleetConfigError`` names what is wrong
+    (``where`` prefixes the key paths in the messages)."""
     data = _section(where, data, _TOP)
     simulated = _names(f"{where}.simulated", data.get("simulated", []))
-    ibm = None
-    if data.get("ibm") is not None:
-        section = _section(f"{where}.ibm", data["ibm"], _IBM)
-        mode = section.get("execution_mode", "job")
-        if mode not in EXECUTION_MODES:
-            raise FleetConfigError(
-                f"{where}.ibm.execution_mode must be one of {', '.join(EXECUTION_MODES)}, "
-                f"got {mode!r}"
-            )
-        local = section.get("local_testing", False)
-        billed = section.get("billed")
-        if not isinstance(local, bool) or not isinstance(billed, (bool, type(None))):
-            raise FleetConfigError(f"{where}.ibm.local_testing and .billed must be true or false")
-        ibm = IBMFleet(
-            backends=_names(f"{where}.ibm.backends", section.get("backends", [])),
-            execution_mode=mode,
-            local_testing=local,
-            queue_refresh_s=_positive(
-                f"{where}.ibm.queue_refresh_s", section.get("queue_refresh_s", 60)
-            ),
-            calibration_refresh_s=_positive(
-                f"{where}.ibm.calibration_refresh_s", section.get("calibration_refresh_s", 3600)
-            ),
-            billed=billed,
-        )
+    ibm = None if data.get("ibm") is None else _ibm(f"{where}.ibm", data["ibm"])
     background = None
     if data.get("background") is not None:
-        section = _section(f"{where}.background", data["background"], _BACKGROUND)
-        background = BackgroundLoad(
-            jobs_per_hour=_positive(
-                f"{where}.background.jobs_per_hour", section.get("jobs_per_hour")
-            ),
-            mean_runtime_s=_positive(
-                f"{where}.background.mean_runtime_s", section.get("mean_runtime_s", 20)
-            ),
-            seed=int(section.get("seed", 0)),
-        )
+        background = _background(f"{where}.background", data["background"])
     prices = data.get("prices") or {}
     if prices:
-        from kernel_server.estimator.prices import PriceTable
-
-        try:
-            PriceTable.from_dict(prices)
-        except (ValueError, TypeError, KeyError) as exc:
-            raise FleetConfigError(f"{where}.prices: {exc}") from None
+        _check_prices(f"{where}.prices", prices)
     cluster = data.get("cluster")
     if cluster is not None and (not isinstance(cluster, str) or "://" not in cluster):
         raise FleetConfigError(
@@ -190,22 +154,10 @@ def fleet_spec_from_dict(data: dict[str, Any], where: str = "fleet") -> FleetSpe
         )
     limits = Limits()
     if data.get("limits") is not None:
-        section = _section(f"{where}.limits", data["limits"], _LIMITS)
-        values = {k: _positive(f"{where}.limits.{k}", v) for k, v in section.items()}
-        limits = Limits(**{k: (v if k == "step_timeout_s" else int(v)) for k, v in values.items()})
+        limits = _limits(f"{where}.limits", data["limits"])
     balance = None
     if data.get("scheduler") is not None:
-        section = _section(f"{where}.scheduler", data["scheduler"], _SCHEDULER)
-        balance = section.get("balance")
-        if balance is not None and (
-            isinstance(balance, bool)
-            or not isinstance(balance, (int, float))
-            or not 0 <= balance < 1
-        ):
-            raise FleetConfigError(
-                f"{where}.scheduler.balance is a tolerance from 0 to below 1 such as 0.05 "
-                f"(each QPU within 5% of the even load), got {balance!r}"
-            )
+        balance = _balance(f"{where}.scheduler", data["scheduler"])
     spec = FleetSpec(simulated, ibm, background, dict(prices), cluster, limits, balance)
     if not spec.names:
         raise FleetConfigError(f"{where} has no QPUs: list simulated devices or IBM backends")
@@ -215,6 +167,70 @@ def fleet_spec_from_dict(data: dict[str, Any], where: str = "fleet") -> FleetSpe
             f"{where} names {', '.join(sorted(duplicated))} twice (as simulated and IBM QPU?)"
         )
     return spec
+
+
+def _ibm(where: str, data: Any) -> IBMFleet:
+    section = _section(where, data, _IBM)
+    mode = section.get("execution_mode", "job")
+    if mode not in EXECUTION_MODES:
+        raise FleetConfigError(
+            f"{where}.execution_mode must be one of {', '.join(EXECUTION_MODES)}, got {mode!r}"
+        )
+    local = section.get("local_testing", False)
+    billed = section.get("billed")
+    if not isinstance(local, bool) or not isinstance(billed, (bool, type(None))):
+        raise FleetConfigError(f"{where}.local_testing and .billed must be true or false")
+    return IBMFleet(
+        backends=_names(f"{where}.backends", section.get("backends", [])),
+        execution_mode=mode,
+        local_testing=local,
+        queue_refresh_s=_positive(f"{where}.queue_refresh_s", section.get("queue_refresh_s", 60)),
+        calibration_refresh_s=_positive(
+            f"{where}.calibration_refresh_s", section.get("calibration_refresh_s", 3600)
+        ),
+        billed=billed,
+    )
+
+
+def _background(where: str, data: Any) -> BackgroundLoad:
+    section = _section(where, data, _BACKGROUND)
+    return BackgroundLoad(
+        jobs_per_hour=_positive(f"{where}.jobs_per_hour", section.get("jobs_per_hour")),
+        mean_runtime_s=_positive(f"{where}.mean_runtime_s", section.get("mean_runtime_s", 20)),
+        seed=int(section.get("seed", 0)),
+    )
+
+
+def _check_prices(where: str, prices: Any) -> None:
+    from kernel_server.estimator.prices import PriceTable
+
+    try:
+        PriceTable.from_dict(prices)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise FleetConfigError(f"{where}: {exc}") from None
+
+
+def _limits(where: str, data: Any) -> Limits:
+    section = _section(where, data, _LIMITS)
+    values = {k: _positive(f"{where}.{k}", v) for k, v in section.items()}
+    # Counts are whole numbers; the timeout stays in (fractional) seconds.
+    kwargs: dict[str, Any] = {
+        k: (v if k == "step_timeout_s" else int(v)) for k, v in values.items()
+    }
+    return Limits(**kwargs)
+
+
+def _balance(where: str, data: Any) -> float | None:
+    section = _section(where, data, _SCHEDULER)
+    balance = section.get("balance")
+    if balance is not None and (
+        isinstance(balance, bool) or not isinstance(balance, (int, float)) or not 0 <= balance < 1
+    ):
+        raise FleetConfigError(
+            f"{where}.balance is a tolerance from 0 to below 1 such as 0.05 "
+            f"(each QPU within 5% of the even load), got {balance!r}"
+        )
+    return balance
 
 
 def load_fleet_spec(spec: str) -> FleetSpec:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from pymoo.core.problem import Problem
+from pymoo.core.repair import Repair
 
 from kernel_server.core.mcdm import front_2d, preference_weights, select
 from kernel_server.scheduler.problem import SchedulingError, SchedulingProblem
@@ -87,6 +89,12 @@ def earliest_completion_assignment(
     return out
 
 
+def _load(problem: SchedulingProblem) -> np.ndarray:
+    """The window's load per QPU (``SchedulingProblem`` fills in zeros when it was not given)."""
+    assert problem.load is not None
+    return problem.load
+
+
 def _seed_level(problem: SchedulingProblem) -> float:
     """The even level the balanced seeds aim at: the window's load plus the cycle's work with
     every job on its best-fidelity QPU (the real schedule's work is not known yet)."""
@@ -107,7 +115,7 @@ def balanced_assignment(problem: SchedulingProblem, fidelity_first: bool = True)
         np.sort(masked, axis=1)[:, -2:] if problem.num_qpus > 1 else np.zeros((problem.num_jobs, 2))
     )
     regret = np.where(np.isfinite(top2[:, 0]), top2[:, 1] - top2[:, 0], np.inf)
-    carried = problem.load.astype(float).copy()
+    carried = _load(problem).astype(float).copy()
     free = problem.wait.astype(float).copy()
     out = np.empty(problem.num_jobs, dtype=int)
     for i in np.argsort(-regret, kind="stable"):
@@ -163,10 +171,10 @@ def balanced_fidelity_lp(problem: SchedulingProblem) -> np.ndarray | None:
     n, q = problem.num_jobs, problem.num_qpus
     level = _seed_level(problem)
     tolerance = problem.balance or 0.0
-    room = np.clip(level * (1.0 + tolerance) - problem.load, 0.0, None)
+    room = np.clip(level * (1.0 + tolerance) - _load(problem), 0.0, None)
     # The floor, less one mean job (as ``load_excess`` allows), for QPUs some job fits.
     usable = problem.feasible.any(axis=0)
-    need = np.clip(level * (1.0 - tolerance) - problem.load - problem.mean_job_s(), 0.0, None)
+    need = np.clip(level * (1.0 - tolerance) - _load(problem) - problem.mean_job_s(), 0.0, None)
     need = need * usable
     lp = PlacementLP.of(problem.feasible, problem.runtime)
     solution = linprog(
@@ -223,6 +231,37 @@ def _initial_population(
     return _repair_to_feasible(problem, np.vstack([np.asarray(seeds), random])[:size])
 
 
+class AssignmentProblem(Problem):
+    """A scheduling problem as pymoo sees it: one integer variable per job (its QPU index), the
+    objectives mean JCT and mean error, the constraints the qubits jobs lack on their QPUs and
+    the load over the balance caps."""
+
+    def __init__(self, scheduling: SchedulingProblem) -> None:
+        super().__init__(
+            n_var=scheduling.num_jobs,
+            n_obj=2,
+            n_ieq_constr=2,
+            xl=0,
+            xu=scheduling.num_qpus - 1,
+            vtype=int,
+        )
+        self.scheduling = scheduling
+
+    def _evaluate(self, x: np.ndarray, out: dict, *args: Any, **kwargs: Any) -> None:
+        xi = np.rint(x).astype(int)  # pymoo hands over repaired designs as floats
+        out["F"] = self.scheduling.evaluate(xi)
+        out["G"] = np.stack(
+            [self.scheduling.violation(xi), self.scheduling.load_excess(xi)], axis=1
+        )
+
+
+class FeasibleQPURepair(Repair):
+    """Genes on QPUs too small for their job move to the nearest wide-enough QPU."""
+
+    def _do(self, problem: AssignmentProblem, x: np.ndarray, **kwargs: Any) -> np.ndarray:
+        return _repair_to_feasible(problem.scheduling, x)
+
+
 def nsga2_schedule(
     problem: SchedulingProblem,
     preference: Any = "balanced",
@@ -238,17 +277,6 @@ def nsga2_schedule(
 
     ``seeds``: (K, N) schedules to start the population with besides the greedy ones (the online
     scheduler's list schedules and its previous plan)."""
-    from pymoo.algorithms.moo.nsga2 import NSGA2, binary_tournament
-    from pymoo.core.duplicate import DefaultDuplicateElimination
-    from pymoo.core.mating import Mating
-    from pymoo.core.problem import Problem
-    from pymoo.core.repair import Repair
-    from pymoo.operators.crossover.sbx import SBX
-    from pymoo.operators.mutation.pm import PM
-    from pymoo.operators.selection.tournament import TournamentSelection
-    from pymoo.optimize import minimize
-    from pymoo.termination.default import DefaultMultiObjectiveTermination
-
     weights = preference_weights(preference)
     start = time.perf_counter()
     lost = problem.unplaceable()
@@ -263,60 +291,8 @@ def nsga2_schedule(
     if q**n <= EXACT_LIMIT:
         # Small enough to enumerate (a lone notebook job, a few jobs on a few QPUs): the exact
         # front, in milliseconds; a genetic search there only re-draws duplicates.
-        xs = _repair_to_feasible(problem, all_assignments(n, q))
-        xs = np.unique(xs, axis=0)
-        excess = problem.load_excess(xs)
-        xs = xs[excess <= excess.min() + 1e-9]  # balanced ones (or the least unbalanced)
-        front_idx = front_2d(problem.evaluate(xs))
-        xs = xs[front_idx]
-        front = problem.evaluate(xs)
-        chosen = select(front, weights)
-        return ScheduleResult(
-            xs[chosen], front, xs, chosen, weights, 0, len(front_idx), time.perf_counter() - start
-        )
-
-    class _Assignments(Problem):
-        def __init__(self) -> None:
-            super().__init__(n_var=n, n_obj=2, n_ieq_constr=2, xl=0, xu=q - 1, vtype=int)
-
-        def _evaluate(self, x: np.ndarray, out: dict, *args: Any, **kwargs: Any) -> None:
-            xi = np.rint(x).astype(int)  # pymoo hands over repaired designs as floats
-            out["F"] = problem.evaluate(xi)
-            out["G"] = np.stack([problem.violation(xi), problem.load_excess(xi)], axis=1)
-
-    class _Repair(Repair):
-        def _do(self, _problem: Any, x: np.ndarray, **kwargs: Any) -> np.ndarray:
-            return _repair_to_feasible(problem, x)
-
-    rng = np.random.default_rng(seed)
-    crossover = SBX(prob=0.9, eta=15, vtype=float, repair=_Repair())
-    mutation = PM(prob=1.0, eta=20, vtype=float, repair=_Repair())
-    algorithm = NSGA2(
-        pop_size=population,
-        sampling=_initial_population(problem, population, rng, seeds),
-        crossover=crossover,
-        mutation=mutation,
-        repair=_Repair(),
-        eliminate_duplicates=True,
-        # pymoo retries mating up to 100 times per generation to find offspring that are not
-        # duplicates; on small search spaces that is most of the run time for nothing.
-        mating=Mating(
-            TournamentSelection(func_comp=binary_tournament),
-            crossover,
-            mutation,
-            repair=_Repair(),
-            eliminate_duplicates=DefaultDuplicateElimination(),
-            n_max_iterations=MATING_RETRIES,
-        ),
-    )
-    termination = DefaultMultiObjectiveTermination(
-        xtol=XTOL,
-        ftol=FTOL,
-        period=window,
-        n_max_gen=max_generations,
-        n_max_evals=max_evaluations,
-    )
-    result = minimize(_Assignments(), algorithm, termination, seed=seed, verbose=False)
+        return exact_schedule(problem, weights, start)
+    result = _search(problem, seed, population, max_generations, max_evaluations, window, seeds)
     pop = result.opt if result.opt is not None else result.pop
     xs = _repair_to_feasible(problem, np.atleast_2d(pop.get("X")))
     xs = np.unique(xs, axis=0)
@@ -332,3 +308,71 @@ def nsga2_schedule(
         evaluations=int(result.algorithm.evaluator.n_eval),
         seconds=time.perf_counter() - start,
     )
+
+
+def exact_schedule(
+    problem: SchedulingProblem, weights: tuple[float, float], start: float
+) -> ScheduleResult:
+    """The exact front, from every assignment (``q**n`` of them: small problems only), and the
+    schedule ``weights`` pick on it; ``start`` is when the scheduling began (perf_counter)."""
+    xs = _repair_to_feasible(problem, all_assignments(problem.num_jobs, problem.num_qpus))
+    xs = np.unique(xs, axis=0)
+    excess = problem.load_excess(xs)
+    xs = xs[excess <= excess.min() + 1e-9]  # balanced ones (or the least unbalanced)
+    front_idx = front_2d(problem.evaluate(xs))
+    xs = xs[front_idx]
+    front = problem.evaluate(xs)
+    chosen = select(front, weights)
+    return ScheduleResult(
+        xs[chosen], front, xs, chosen, weights, 0, len(front_idx), time.perf_counter() - start
+    )
+
+
+def _search(
+    problem: SchedulingProblem,
+    seed: int,
+    population: int,
+    max_generations: int,
+    max_evaluations: int,
+    window: int,
+    seeds: np.ndarray | None,
+) -> Any:
+    """pymoo's NSGA-II run on ``problem`` (its ``Result``)."""
+    from pymoo.algorithms.moo.nsga2 import NSGA2, binary_tournament
+    from pymoo.core.duplicate import DefaultDuplicateElimination
+    from pymoo.core.mating import Mating
+    from pymoo.operators.crossover.sbx import SBX
+    from pymoo.operators.mutation.pm import PM
+    from pymoo.operators.selection.tournament import TournamentSelection
+    from pymoo.optimize import minimize
+    from pymoo.termination.default import DefaultMultiObjectiveTermination
+
+    rng = np.random.default_rng(seed)
+    crossover = SBX(prob=0.9, eta=15, vtype=float, repair=FeasibleQPURepair())
+    mutation = PM(prob=1.0, eta=20, vtype=float, repair=FeasibleQPURepair())
+    algorithm = NSGA2(
+        pop_size=population,
+        sampling=_initial_population(problem, population, rng, seeds),
+        crossover=crossover,
+        mutation=mutation,
+        repair=FeasibleQPURepair(),
+        eliminate_duplicates=True,
+        # pymoo retries mating up to 100 times per generation to find offspring that are not
+        # duplicates; on small search spaces that is most of the run time for nothing.
+        mating=Mating(
+            TournamentSelection(func_comp=binary_tournament),
+            crossover,
+            mutation,
+            repair=FeasibleQPURepair(),
+            eliminate_duplicates=DefaultDuplicateElimination(),
+            n_max_iterations=MATING_RETRIES,
+        ),
+    )
+    termination = DefaultMultiObjectiveTermination(
+        xtol=XTOL,
+        ftol=FTOL,
+        period=window,
+        n_max_gen=max_generations,
+        n_max_evals=max_evaluations,
+    )
+    return minimize(AssignmentProblem(problem), algorithm, termination, seed=seed, verbose=False)

@@ -202,9 +202,6 @@ def _balance(text: str) -> float | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kernel_server.simulation.background import DEFAULT_TRACE
-    from kernel_server.simulation.cloud import DEFAULT_BALANCE
-
     p = argparse.ArgumentParser(
         prog="qonductor simulate",
         description="Simulate a quantum cloud under several scheduling policies (same jobs, "
@@ -232,6 +229,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--plots", default="simulation_plots", help="folder for the PNG plots ('' for none)"
     )
+    _add_workload_options(p)
+    _add_scheduler_options(p)
+    return p
+
+
+def _add_workload_options(p: argparse.ArgumentParser) -> None:
+    """The jobs, the other users' load and the calibrations."""
+    from kernel_server.simulation.background import DEFAULT_TRACE
+
     p.add_argument("--mean-qubits", type=float, default=9.0)
     p.add_argument("--mean-shots", type=float, default=4000.0)
     p.add_argument("--mitigated-share", type=float, default=0.5)
@@ -254,6 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--queue-trace", default=str(DEFAULT_TRACE))
     p.add_argument("--calibration-hours", type=float, default=24.0)
+
+
+def _add_scheduler_options(p: argparse.ArgumentParser) -> None:
+    """What qonductor optimises, when its cycles run, and reservations."""
+    from kernel_server.simulation.cloud import DEFAULT_BALANCE
+
     p.add_argument(
         "--jct-model",
         choices=("fifo", "batch"),
@@ -283,7 +295,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="QPU@START-END",
         help="reserve a QPU for a window of simulated seconds (repeatable)",
     )
-    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,19 +23,33 @@ def _bins(horizon: float) -> np.ndarray:
 
 
 def write_plots(runs: dict[str, Any], workload: Any, folder: Path) -> list[Path]:
+    """The three PNG figures of ``runs`` (policy name -> ``SimulationResult``) in ``folder``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from kernel_server.core.mcdm import PREFERENCES, select
-
     folder.mkdir(parents=True, exist_ok=True)
+    figures = (
+        ("end_to_end.png", _end_to_end),
+        ("scheduler_cycles.png", _scheduler_cycles),
+        ("execution_and_presets.png", _execution_and_presets),
+    )
     paths: list[Path] = []
+    for name, draw in figures:
+        fig = draw(plt, runs, workload)
+        fig.tight_layout()
+        paths.append(folder / name)
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths
+
+
+def _end_to_end(plt: Any, runs: dict[str, Any], workload: Any) -> Any:
+    """Fig. 6: mean fidelity, mean JCT and utilisation per arrival-time bin, per policy."""
     horizon = float(np.max(workload.arrival_s)) if workload.num_jobs else BIN_S
     edges = _bins(horizon)
     mids = (edges[:-1] + edges[1:]) / 2 / 60
-
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for name, run in runs.items():
         which = np.digitize(run.arrival_s, edges) - 1
@@ -63,12 +77,14 @@ def write_plots(runs: dict[str, Any], workload: Any, folder: Path) -> list[Path]
     axes[1].set_yscale("log")
     axes[2].set(title="(c) QPU utilization", xlabel="time (min)", ylabel="busy fraction")
     axes[0].legend()
-    fig.tight_layout()
-    paths.append(folder / "end_to_end.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    return fig
 
-    cycles = next((r.cycles for n, r in runs.items() if n.startswith("qonductor") and r.cycles), [])
+
+def _scheduler_cycles(plt: Any, runs: dict[str, Any], workload: Any) -> Any:
+    """Fig. 8: each qonductor cycle's front range and choice; each QPU's load per policy."""
+    cycles: list[dict[str, Any]] = next(
+        (r.cycles for n, r in runs.items() if n.startswith("qonductor") and r.cycles), []
+    )
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     if cycles:
         t = [c["t"] / 60 for c in cycles if "chosen" in c]
@@ -95,11 +111,14 @@ def write_plots(runs: dict[str, Any], workload: Any, folder: Path) -> list[Path]
     axes[2].set_xticklabels([q.removeprefix("fake_") for q in qpus], rotation=45)
     axes[2].set(title="(c) QPU load (active runtime)", ylabel="minutes")
     axes[2].legend(fontsize=7)
-    fig.tight_layout()
-    paths.append(folder / "scheduler_cycles.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    return fig
 
+
+def _execution_and_presets(plt: Any, runs: dict[str, Any], workload: Any) -> Any:
+    """Fig. 10: mean execution time per policy; the presets' picks on the last cycle's front."""
+    from kernel_server.core.mcdm import PREFERENCES, select
+
+    names = list(runs)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     execution = [np.nanmean(r.end_s - r.start_s) for r in runs.values()]
     axes[0].bar(names, execution)
@@ -117,8 +136,4 @@ def write_plots(runs: dict[str, Any], workload: Any, folder: Path) -> list[Path]
     axes[1].set(
         title="(b) presets on the last cycle's front", xlabel="mean JCT (s)", ylabel="mean fidelity"
     )
-    fig.tight_layout()
-    paths.append(folder / "execution_and_presets.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-    return paths
+    return fig

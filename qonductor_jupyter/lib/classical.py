@@ -288,9 +288,8 @@ class DD:
         """
         import warnings
 
+        from kernel_server.backends.compile import check_width, choose_layout, transpile_mitigated
         from kernel_server.estimator.mitigation import MitigationStack, get_technique
-        from kernel_server.estimator.mitigation.stack import choose_layout, transpile_mitigated
-        from kernel_server.estimator.numerical import check_width
 
         device = _resolve_backend(backend)
         check_width(_check_circuit(circuit), device)

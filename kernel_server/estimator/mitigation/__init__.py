@@ -5,6 +5,7 @@ Importing this package does not import mitiq (3-5 s) or qiskit-addon-cutting: ea
 imports them inside the functions that need them.
 """
 
+from kernel_server.backends.compile import choose_layout, transpile_mitigated
 from kernel_server.estimator.mitigation.base import (
     TECHNIQUES,
     Constructed,
@@ -20,15 +21,15 @@ from kernel_server.estimator.mitigation.cutting import Cutting
 from kernel_server.estimator.mitigation.dd import DD
 from kernel_server.estimator.mitigation.pec import PEC
 from kernel_server.estimator.mitigation.rem import REM
-from kernel_server.estimator.mitigation.stack import (
+from kernel_server.estimator.mitigation.run import (
     MitigatedRun,
-    MitigationPlan,
-    MitigationStack,
-    choose_layout,
-    parse_stack,
     run_mitigated,
     run_mitigated_detailed,
-    transpile_mitigated,
+)
+from kernel_server.estimator.mitigation.stack import (
+    MitigationPlan,
+    MitigationStack,
+    parse_stack,
 )
 from kernel_server.estimator.mitigation.twirling import Twirling
 from kernel_server.estimator.mitigation.zne import ZNE

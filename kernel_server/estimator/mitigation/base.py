@@ -3,7 +3,7 @@
 Mitigation is pure pre- and post-processing (mitiq's own split): a technique turns one circuit into
 the circuits to run (``construct_circuits``) and turns their results back into one mitigated result
 (``combine_results``). Running the circuits belongs to whoever runs circuits (the orchestrator, or
-:func:`kernel_server.estimator.mitigation.stack.run_mitigated` in tests and benchmarks).
+:func:`kernel_server.estimator.mitigation.run.run_mitigated` in tests and benchmarks).
 
 Two kinds of technique, by what ``combine_results`` consumes:
 

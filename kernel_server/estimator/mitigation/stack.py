@@ -1,4 +1,4 @@
-"""Composing mitigation techniques, and an executor for tests and benchmarks.
+"""Composing mitigation techniques: the circuits a stack constructs, and how their results combine.
 
 A :class:`MitigationStack` applies its techniques' circuit construction in order (each technique
 fans out every circuit the previous one produced) and combines results in reverse order (the last
@@ -12,27 +12,20 @@ distribution technique needs distributions from below it; an expectation techniq
 DD) average whatever they get. So "rem+zne" is invalid (ZNE would hand REM expectation values),
 and a technique that needs terminal measurements cannot follow cutting.
 
-:func:`run_mitigated` is the reference executor: it transpiles every constructed circuit for the
-device and runs it with the device's noise (``aer_sim.run_noisy``). The traps of this stack it
-respects, each measured: mitigation acts on the small virtual circuit (mitiq's DDD on a
-full-width transpiled circuit hangs), and constructed circuits are transpiled at
-``optimization_level=0`` (folds and DD pulses survive, no ``sxdg`` from folding an already
-transpiled circuit) with the physical qubits chosen once for the circuit they stem from.
+Executing a plan is the caller's: the orchestrator's QPU tasks, and the reference executor
+``mitigation.run`` (tests, benchmarks, the fidelity model's training runs), which compiles with
+``backends.compile.choose_layout`` and ``transpile_mitigated``.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from qiskit import QuantumCircuit
-from qiskit.providers import BackendV2
 from qiskit.quantum_info import SparsePauliOp
-from qiskit.transpiler import PassManager, Target, generate_preset_pass_manager
 
 from kernel_server.estimator.mitigation.base import (
     DISTRIBUTION,
@@ -45,25 +38,17 @@ from kernel_server.estimator.mitigation.base import (
     as_observable,
     expectation_value,
     get_technique,
-    has_control_flow,
     measurement_map,
     normalize,
 )
-from kernel_server.wire.circuits import fingerprint
-
-# The device helpers (qiskit_ibm_runtime, qiskit_aer: 1-3 s) are imported inside the functions that
-# use them, so that importing the mitigation package stays cheap.
 
 __all__ = [
-    "MitigatedRun",
+    "QASM2_GATES",
     "MitigationPlan",
     "MitigationStack",
     "StackSpec",
-    "choose_layout",
     "parse_stack",
-    "run_mitigated",
-    "run_mitigated_detailed",
-    "transpile_mitigated",
+    "standard_gates",
 ]
 
 TechniqueSpec = str | MitigationTechnique | type[MitigationTechnique] | tuple[Any, dict[str, Any]]
@@ -391,227 +376,3 @@ def parse_stack(spec: StackSpec) -> MitigationStack:
             items.extend(parse_stack(item).techniques if isinstance(item, str) else [item])
         return MitigationStack(items)
     return MitigationStack([spec])
-
-
-# --------------------------------------------------------------------------------------------
-# Transpilation with a fixed layout
-# --------------------------------------------------------------------------------------------
-
-_CACHE_SIZE = 64
-_lock = threading.Lock()  # the caches
-_run_lock = threading.Lock()  # passes keep per-run state: one run at a time per pass manager
-# Keyed on devices.compile_key: the calibration id and the control flow the target accepts.
-_targets: dict[Any, Target] = {}
-_layout_pms: OrderedDict[tuple[Any, int], PassManager] = OrderedDict()
-_level0_pms: OrderedDict[tuple[Any, tuple[int, ...], bool, int], PassManager] = OrderedDict()
-# Compiled circuits by content: a cell run again rebuilds the same mitigation circuits, and
-# compiling them (padding idle time on every qubit of a large device) costs more than running.
-_compiled: OrderedDict[tuple[Any, ...], QuantumCircuit] = OrderedDict()
-
-
-def _cached(cache: OrderedDict, key: Any, build: Any) -> Any:
-    with _lock:
-        value = cache.get(key)
-        if value is not None:
-            cache.move_to_end(key)
-            return value
-    value = build()
-    with _lock:
-        cache[key] = value
-        while len(cache) > _CACHE_SIZE:
-            cache.popitem(last=False)
-    return value
-
-
-def _target(backend: BackendV2) -> Target:
-    """The device target without broken couplers and qubits (see numerical.healthy_target)."""
-    from kernel_server.backends.devices import compile_key
-    from kernel_server.estimator.numerical import broken_entries, healthy_target
-
-    key = compile_key(backend)
-    with _lock:
-        target = _targets.get(key)
-    if target is None:
-        dead_qubits, dead_couplers = broken_entries(backend.target)
-        target = healthy_target(backend.target) if dead_qubits or dead_couplers else backend.target
-        with _lock:
-            _targets[key] = target
-    return target
-
-
-def choose_layout(circuit: QuantumCircuit, backend: BackendV2, seed: int = 0) -> tuple[int, ...]:
-    """Physical qubit of each virtual qubit: noise-aware (VF2Layout, else Sabre), as level 2.
-
-    Not ``transpile_for``'s layout: level 2's init stage cancels gates before choosing a layout
-    (a chain of CX and its mirror image vanishes), so its layout can fit a smaller circuit than
-    the level-0 one that actually runs and force routing there. Here the init stage is level 0's.
-    """
-    from kernel_server.backends.devices import compile_key
-    from kernel_server.estimator.numerical import check_width
-
-    check_width(circuit, backend)
-    target = _target(backend)
-
-    def build() -> PassManager:
-        pm = generate_preset_pass_manager(optimization_level=2, target=target, seed_transpiler=seed)
-        pm.init = generate_preset_pass_manager(optimization_level=0, target=target).init
-        # Only the layout is wanted: skip optimization and scheduling.
-        pm.optimization = None
-        pm.scheduling = None
-        return pm
-
-    pm = _cached(_layout_pms, (compile_key(backend), seed), build)
-    with _run_lock:
-        transpiled = pm.run(circuit)
-    return tuple(transpiled.layout.initial_index_layout(filter_ancillas=True))
-
-
-def transpile_mitigated(
-    circuit: QuantumCircuit,
-    backend: BackendV2,
-    layout: Sequence[int],
-    schedule: bool = True,
-    seed: int = 0,
-) -> QuantumCircuit:
-    """``circuit`` on ``layout`` at optimization level 0 (folds and DD pulses survive).
-
-    ``schedule`` adds ALAP scheduling: idle windows become delays, which the noisy simulator
-    relaxes with T1/T2 (without them idle qubits suffer no noise at all). Qiskit's scheduling
-    stage does not take control flow, so a dynamic circuit is never scheduled: its idle windows
-    go without relaxation, as ``AerSimulator.from_backend`` runs it too.
-    """
-    from kernel_server.backends.devices import compile_key
-
-    schedule = schedule and not has_control_flow(circuit)
-    key = (compile_key(backend), tuple(layout), schedule, seed)
-    target = _target(backend)
-
-    def build() -> PassManager:
-        return generate_preset_pass_manager(
-            optimization_level=0,
-            target=target,
-            initial_layout=list(layout),
-            seed_transpiler=seed,
-            scheduling_method="alap" if schedule else None,
-        )
-
-    content = fingerprint([circuit])
-    if content:
-        compiled = _cached(
-            _compiled, (content, *key), lambda: _run(_cached(_level0_pms, key, build), circuit)
-        )
-        return compiled.copy()
-    return _run(_cached(_level0_pms, key, build), circuit)
-
-
-def _run(pm: PassManager, circuit: QuantumCircuit) -> QuantumCircuit:
-    with _run_lock:
-        return pm.run(circuit)
-
-
-# --------------------------------------------------------------------------------------------
-# Executor
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class MitigatedRun:
-    """One mitigated execution: the result and what it took."""
-
-    value: Any  # float (expectation) or dict[str, float] (distribution)
-    plan: MitigationPlan
-    counts: list[dict[str, Any]]  # counts, or exact probabilities (exact=True)
-    shots: list[int]
-
-    @property
-    def total_shots(self) -> int:
-        return sum(self.shots)
-
-
-def _leaf_seed(seed: int | None, index: int) -> int | None:
-    if seed is None:
-        return None
-    return int(np.random.SeedSequence([int(seed), index]).generate_state(1)[0])
-
-
-def run_mitigated_detailed(
-    circuit: QuantumCircuit,
-    backend: BackendV2,
-    stack: StackSpec,
-    shots: int,
-    seed: int | None = 0,
-    observable: Observable | None = None,
-    *,
-    schedule: bool = True,
-    transpile_seed: int = 0,
-    exact: bool = False,
-    per_outcome: bool = False,
-    layout: Sequence[int] | None = None,
-) -> MitigatedRun:
-    """:func:`run_mitigated`, also returning the plan, the raw counts and the shots.
-
-    ``per_outcome`` returns the mitigated outcome distribution of any stack without cutting
-    (:meth:`MitigationStack.combine_distribution`) instead of an expectation value. ``layout``
-    fixes the physical qubits of the job's circuit (default: :func:`choose_layout`'s)."""
-    from kernel_server.backends.aer_sim import noisy_probabilities, run_noisy
-
-    mitigation = parse_stack(stack)
-    plan = mitigation.construct(circuit, observable, per_outcome=per_outcome)
-    layouts = [
-        tuple(layout)
-        if index == 0 and layout is not None
-        else choose_layout(anchor, backend, transpile_seed)
-        for index, anchor in enumerate(plan.anchors)
-    ]
-    shots_each = plan.shots_for(shots)
-    counts: list[Any] = []
-    for index, (constructed, anchor) in enumerate(zip(plan.circuits, plan.anchor_of, strict=True)):
-        transpiled = transpile_mitigated(
-            constructed, backend, layouts[anchor], schedule=schedule, seed=transpile_seed
-        )
-        if exact:
-            counts.append(noisy_probabilities(backend, transpiled))
-        else:
-            counts.append(
-                run_noisy(backend, transpiled, shots_each[index], _leaf_seed(seed, index))
-            )
-    combine = mitigation.combine_distribution if per_outcome else mitigation.combine
-    return MitigatedRun(combine(counts, plan), plan, counts, shots_each)
-
-
-def run_mitigated(
-    circuit: QuantumCircuit,
-    backend: BackendV2,
-    stack: StackSpec,
-    shots: int,
-    seed: int | None = 0,
-    observable: Observable | None = None,
-    *,
-    schedule: bool = True,
-    transpile_seed: int = 0,
-    exact: bool = False,
-) -> Any:
-    """Run ``circuit`` (virtual, measured) on ``backend``'s simulated noise with ``stack``.
-
-    Constructs the stack's circuits, lays each family out once (:func:`choose_layout` of the job's
-    circuit, or of each cutting subexperiment), transpiles each circuit at level 0 on that layout
-    (scheduled, so idle windows decohere), runs it with ``run_noisy`` and combines. ``stack`` is
-    anything :func:`parse_stack` takes; None gives the unmitigated run through the same path, the
-    fair baseline. Returns a float when an observable is given or the stack ends in an
-    expectation value, else a distribution.
-
-    ``exact`` replaces sampling by each circuit's exact noisy distribution
-    (``aer_sim.noisy_probabilities``): the mitigation's bias without shot noise, for benchmarks.
-    It cannot take mid-circuit measurements (cutting's subexperiments).
-    """
-    return run_mitigated_detailed(
-        circuit,
-        backend,
-        stack,
-        shots,
-        seed,
-        observable,
-        schedule=schedule,
-        transpile_seed=transpile_seed,
-        exact=exact,
-    ).value

@@ -7,7 +7,7 @@ folding, so ZNE leaves it in place: stack REM inside ZNE ("zne+rem") to remove i
 
 Folding must happen on the virtual circuit and the folded circuits be transpiled at
 ``optimization_level=0`` (any higher level cancels G G^dagger), with the layout chosen for the
-original circuit (see ``stack.run_mitigated``).
+original circuit (see ``run.run_mitigated``).
 
 Prefer odd integer factors with ``fold_gates_at_random``: a factor like 2 folds a random subset of
 gates, and whether the subset holds CX (errors ~1%) or single-qubit gates (~0.03%) changes the

@@ -1,0 +1,88 @@
+"""What one simulated run of a policy produced, and the metrics ``qonductor simulate`` reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class SimulationResult:
+    policy: str
+    preference: Any
+    jct_s: np.ndarray
+    fidelity: np.ndarray
+    qpu_of_job: list[str]
+    start_s: np.ndarray
+    end_s: np.ndarray
+    arrival_s: np.ndarray
+    dropped: dict[int, str]
+    our_busy_s: dict[str, float]  # our jobs' work per QPU
+    makespan_s: float
+    cycles: list[dict[str, Any]]
+    pending_samples: list[tuple[float, int]]
+    crossover_moves: int
+    wall_s: float
+    busy_intervals: dict[str, list[tuple[float, float]]]
+    last_front: np.ndarray | None = None  # (K, 2) front of the last qonductor cycle with a choice
+    # Online qonductor: wall seconds of each decision and the jobs it covered.
+    decision_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    decision_jobs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
+
+    @property
+    def busy_s(self) -> dict[str, float]:
+        """All work (ours and background) each QPU ran up to the makespan."""
+        return {q: sum(b - a for a, b in spans) for q, spans in self.busy_intervals.items()}
+
+    def metrics(self) -> dict[str, Any]:
+        done = np.isfinite(self.jct_s)
+        # A QPU's load is its total active runtime (ours and other users' jobs), as in the
+        # paper's Figure 8c; ``our_load_s`` keeps our jobs' share per QPU.
+        loads = np.asarray(list(self.busy_s.values()))
+        ours = np.asarray(list(self.our_busy_s.values()))
+        util = loads / max(self.makespan_s, 1e-9)
+        cycle_s = [c["seconds"] for c in self.cycles]
+        return {
+            "jobs": int(len(self.jct_s)),
+            "completed": int(done.sum()),
+            "dropped": len(self.dropped),
+            "mean_jct_s": float(self.jct_s[done].mean()) if done.any() else float("nan"),
+            "p95_jct_s": float(np.percentile(self.jct_s[done], 95)) if done.any() else float("nan"),
+            "mean_fidelity": float(self.fidelity[done].mean()) if done.any() else float("nan"),
+            "mean_utilization": float(util.mean()),
+            "max_load_difference": _spread(loads),
+            "max_load_difference_ours": _spread(ours),
+            "mean_execution_s": float((self.end_s - self.start_s)[done].mean())
+            if done.any()
+            else float("nan"),
+            "makespan_s": self.makespan_s,
+            "cycles": len(self.cycles),
+            "mean_cycle_s": float(np.mean(cycle_s)) if cycle_s else 0.0,
+            "max_cycle_s": float(np.max(cycle_s)) if cycle_s else 0.0,
+            "mean_generations": float(np.mean([c.get("generations", 0) for c in self.cycles]))
+            if self.cycles
+            else 0.0,
+            "max_pending": max((n for _, n in self.pending_samples), default=0),
+            "crossover_moves": self.crossover_moves,
+            "decisions": int(len(self.decision_s)),
+            "median_decision_ms": float(np.median(self.decision_s) * 1000)
+            if len(self.decision_s)
+            else 0.0,
+            "p95_decision_ms": float(np.percentile(self.decision_s, 95) * 1000)
+            if len(self.decision_s)
+            else 0.0,
+            "mean_decision_jobs": float(self.decision_jobs.mean())
+            if len(self.decision_jobs)
+            else 0.0,
+            "our_load_s": {k: round(v, 1) for k, v in self.our_busy_s.items()},
+            "wall_seconds": self.wall_s,
+        }
+
+
+def _spread(loads: np.ndarray) -> float:
+    """(busiest - least busy) / busiest; 0 for no load."""
+    if not loads.size or loads.max() <= 0:
+        return 0.0
+    return float((loads.max() - loads.min()) / loads.max())
