@@ -28,7 +28,7 @@ def main() -> int:
     args = parser.parse_args()
     os.environ["QONDUCTOR_HOME"] = tempfile.mkdtemp(prefix="qonductor-load-")
     os.environ.setdefault("QONDUCTOR_FLEET", "small")
-    from kernel_server.wire import protocol as P
+    from kernel_server.wire.messages import Ping
     from qonductor_jupyter import client as client_module
     from qonductor_jupyter.loadtest import describe, run_load
 
@@ -39,7 +39,7 @@ def main() -> int:
         rtts = []
         for _ in range(2000):
             t = time.perf_counter()
-            ping.request(P.Ping(), timeout=10)
+            ping.request(Ping(), timeout=10)
             rtts.append((time.perf_counter() - t) * 1000)
         ping.close()
         rtts.sort()

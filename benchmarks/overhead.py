@@ -85,11 +85,11 @@ NOISY_SETUP = (
 )
 PING = """\
 import time as _t
-from kernel_server.wire import protocol as _P
+from kernel_server.wire.messages import Ping as _Ping
 from qonductor_jupyter.client import get_client as _gc
 _c = _gc(); _rtt = []
 for _ in range(200):
-    _s = _t.perf_counter(); _c.request(_P.Ping()); _rtt.append(_t.perf_counter() - _s)
+    _s = _t.perf_counter(); _c.request(_Ping()); _rtt.append(_t.perf_counter() - _s)
 print(sorted(_rtt)[100])
 """
 Q_BELL, Q_GHZ, Q_NEW = "Bell, %%qonductor", "GHZ-5, %%qonductor", "new angle, %%qonductor"

@@ -10,9 +10,9 @@ import sys
 from typing import Any
 
 from kernel_server.control.app import Orchestrator
+from kernel_server.core.paths import qonductor_home
 from kernel_server.fleet.spec import FleetConfigError, load_fleet_spec
 from kernel_server.security.sandbox import wipe_initial_environment
-from kernel_server.wire import protocol
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = args.cluster or fleet.cluster
     if cluster:
         kwargs["cluster"] = cluster
-    orchestrator = Orchestrator(protocol.qonductor_home(), fleet, **kwargs)
+    orchestrator = Orchestrator(qonductor_home(), fleet, **kwargs)
     # Other processes of this account can read the block the process started with
     # (/proc/<pid>/environ) whatever the sandbox: leave nothing in it (an IBM token, say).
     wipe_initial_environment()

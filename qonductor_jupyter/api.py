@@ -18,7 +18,22 @@ import cloudpickle
 
 from kernel_server.core.dataflow import DELETED
 from kernel_server.core.jobs import FINAL_WORKFLOW_STATES
-from kernel_server.wire import protocol as P
+from kernel_server.wire.errors import RemoteError, RequestTooLarge
+from kernel_server.wire.messages import (
+    Cancel,
+    ChoosePlan,
+    CreateWorkflow,
+    Deploy,
+    GetFleet,
+    GetResults,
+    GetStatus,
+    Invoke,
+    ListImages,
+    ListWorkflows,
+    Message,
+    Ok,
+    WorkflowReply,
+)
 
 from .client import get_client
 from .errors import (
@@ -37,29 +52,27 @@ if TYPE_CHECKING:
     from .handle import WorkflowHandle
 
 
-def _request(message: P.Message, timeout: float = 60.0, client: Any = None) -> P.Message:
+def _request(message: Message, timeout: float = 60.0, client: Any = None) -> Message:
     try:
         return (client or get_client()).request(message, timeout=timeout)
-    except P.RemoteError as exc:
+    except RemoteError as exc:
         raise from_remote(exc) from None
-    except P.RequestTooLarge as exc:
+    except RequestTooLarge as exc:
         raise InputError(str(exc)) from None
 
 
-def _data(message: P.Message) -> dict[str, Any]:
+def _data(message: Message) -> dict[str, Any]:
     """The ``data`` of the orchestrator's Ok reply to ``message``."""
     reply = _request(message)
-    if not isinstance(reply, P.Ok):
+    if not isinstance(reply, Ok):
         raise OrchestratorError(f"{message.op}: the orchestrator answered {reply.op!r}, not ok")
     return reply.data
 
 
-def _workflow_reply(
-    message: P.Message, timeout: float = 60.0, client: Any = None
-) -> P.WorkflowReply:
+def _workflow_reply(message: Message, timeout: float = 60.0, client: Any = None) -> WorkflowReply:
     """The orchestrator's WorkflowReply to a status or results request."""
     reply = _request(message, timeout, client)
-    if not isinstance(reply, P.WorkflowReply):
+    if not isinstance(reply, WorkflowReply):
         raise OrchestratorError(f"{message.op}: the orchestrator answered {reply.op!r}")
     return reply
 
@@ -123,14 +136,14 @@ def _create_image(
     bound: dict[str, bytes] | None = None,
 ) -> str:
     data = _data(
-        P.CreateWorkflow(source=source, graph=graph, config=cfg, name=name, bound=bound or {})
+        CreateWorkflow(source=source, graph=graph, config=cfg, name=name, bound=bound or {})
     )
     return data["image_id"]
 
 
 def deploy(image_id: str, config: dict[str, Any] | str | None = None) -> str:
     """Deploy an image (optionally overriding its configuration); returns the image id."""
-    return _data(P.Deploy(image_id=image_id, config=_load_config(config)))["image_id"]
+    return _data(Deploy(image_id=image_id, config=_load_config(config)))["image_id"]
 
 
 def invoke(image_id: str, inputs: dict[str, Any] | None = None, **options: Any) -> str:
@@ -142,7 +155,7 @@ def _invoke(image_id: str, blobs: dict[str, bytes], options: dict[str, Any]) -> 
     # The client picks the id, so a request resent to a restarted orchestrator is not a new run.
     workflow_id = "wf-" + uuid.uuid4().hex[:12]
     options = {k: v for k, v in options.items() if v is not None}
-    _request(P.Invoke(image_id=image_id, workflow_id=workflow_id, inputs=blobs, options=options))
+    _request(Invoke(image_id=image_id, workflow_id=workflow_id, inputs=blobs, options=options))
     return workflow_id
 
 
@@ -150,16 +163,16 @@ def workflow_status(workflow_id: str) -> str:
     return workflow_info(workflow_id).state
 
 
-def workflow_info(workflow_id: str) -> P.WorkflowReply:
-    return _workflow_reply(P.GetStatus(workflow_id=workflow_id))
+def workflow_info(workflow_id: str) -> WorkflowReply:
+    return _workflow_reply(GetStatus(workflow_id=workflow_id))
 
 
 def wait(
     workflow_id: str,
     timeout: float | None = None,
-    on_poll: Callable[[P.WorkflowReply], None] | None = None,
+    on_poll: Callable[[WorkflowReply], None] | None = None,
     client: Any = None,
-) -> P.WorkflowReply:
+) -> WorkflowReply:
     """Block until the workflow is final (long-polling); raises TimeoutError after ``timeout``.
 
     A background waiter passes its own ``client``: a long poll holds its client's socket, and on
@@ -171,7 +184,7 @@ def wait(
         if left <= 0:
             raise TimeoutError(f"workflow {workflow_id} did not finish within {timeout} s")
         reply = _workflow_reply(
-            P.GetResults(workflow_id=workflow_id, wait_s=left), timeout=left + 30.0, client=client
+            GetResults(workflow_id=workflow_id, wait_s=left), timeout=left + 30.0, client=client
         )
         if on_poll is not None:
             on_poll(reply)
@@ -179,15 +192,15 @@ def wait(
             return reply
 
 
-def final_within(workflow_id: str, seconds: float, client: Any = None) -> P.WorkflowReply | None:
+def final_within(workflow_id: str, seconds: float, client: Any = None) -> WorkflowReply | None:
     """One long poll of at most ``seconds``: the final reply (with values), or None."""
     reply = _workflow_reply(
-        P.GetResults(workflow_id=workflow_id, wait_s=seconds), seconds + 30.0, client
+        GetResults(workflow_id=workflow_id, wait_s=seconds), seconds + 30.0, client
     )
     return reply if reply.state in FINAL_WORKFLOW_STATES else None
 
 
-def _raise_for(reply: P.WorkflowReply) -> None:
+def _raise_for(reply: WorkflowReply) -> None:
     if reply.state == "failed":
         raise WorkflowFailed(reply)
     if reply.state == "cancelled":
@@ -214,24 +227,24 @@ def workflow_results(
 
 
 def cancel(workflow_id: str) -> dict[str, Any]:
-    return _data(P.Cancel(workflow_id=workflow_id))
+    return _data(Cancel(workflow_id=workflow_id))
 
 
 def choose_plan(workflow_id: str, step_id: int, plan: int | str) -> Any:
     """Answer a ``--plan ask`` step: run it with plan number ``plan`` (or "off")."""
-    return _data(P.ChoosePlan(workflow_id=workflow_id, step_id=int(step_id), plan=plan))["plan"]
+    return _data(ChoosePlan(workflow_id=workflow_id, step_id=int(step_id), plan=plan))["plan"]
 
 
 def list_images() -> list[dict[str, Any]]:
-    return _data(P.ListImages())["images"]
+    return _data(ListImages())["images"]
 
 
 def list_workflows(limit: int = 100) -> list[dict[str, Any]]:
-    return _data(P.ListWorkflows(limit=limit))["workflows"]
+    return _data(ListWorkflows(limit=limit))["workflows"]
 
 
 def fleet() -> list[dict[str, Any]]:
-    return _data(P.GetFleet())["devices"]
+    return _data(GetFleet())["devices"]
 
 
 # -------------------------------------------------------------------- the cell path
@@ -341,7 +354,7 @@ class CellRun:
     cell: CellSplit
     workflow_id: str | None = None
     handle: WorkflowHandle | None = None
-    reply: P.WorkflowReply | None = None
+    reply: WorkflowReply | None = None
     applied: Applied | None = None
 
 
@@ -388,7 +401,7 @@ def run_cell(
 
 def _wait_for_cell(
     workflow_id: str, timeout: float | None, on_slow: Callable[[str], None] | None
-) -> P.WorkflowReply:
+) -> WorkflowReply:
     try:
         if on_slow is not None:
             # A cell done within SLOW_AFTER_S has no use for the live widget (building it would
@@ -412,8 +425,8 @@ def collect(
     workflow_id: str,
     namespace: dict[str, Any],
     timeout: float | None = None,
-    reply: P.WorkflowReply | None = None,
-) -> tuple[P.WorkflowReply, dict[str, Any]]:
+    reply: WorkflowReply | None = None,
+) -> tuple[WorkflowReply, dict[str, Any]]:
     """Wait for a submitted cell (or take its final ``reply``), bring its names into the
     namespace; return (reply, outputs). On failure the names assigned before the error are set
     and WorkflowFailed says which."""
@@ -424,7 +437,7 @@ def collect(
     return reply, applied.values
 
 
-def raise_final(reply: P.WorkflowReply, applied: Applied | None = None) -> None:
+def raise_final(reply: WorkflowReply, applied: Applied | None = None) -> None:
     """WorkflowFailed or WorkflowCancelled for a workflow that did not finish, saying what the
     notebook kept (``applied``); nothing for a done one."""
     if reply.state == "failed":
@@ -434,7 +447,7 @@ def raise_final(reply: P.WorkflowReply, applied: Applied | None = None) -> None:
         raise WorkflowCancelled(f"workflow {reply.workflow_id} was cancelled{kept}")
 
 
-def bring_back(workflow_id: str, reply: P.WorkflowReply, namespace: dict[str, Any]) -> Applied:
+def bring_back(workflow_id: str, reply: WorkflowReply, namespace: dict[str, Any]) -> Applied:
     """Set the names a final workflow left behind in the namespace (main thread only: values
     are unpickled here, and qiskit objects must not be built beside the user's own code)."""
     with _submissions_lock:

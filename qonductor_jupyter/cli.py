@@ -163,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
             from kernel_server.estimator import fidelity_training
 
             return fidelity_training.main(args.rest)
-        from kernel_server.estimator import runtime
+        from kernel_server.estimator import runtime_training
 
-        return runtime.main(args.rest)
+        return runtime_training.main(args.rest)
     if args.command == "server":
         if args.action in ("add-user", "remove-user"):
             return user_command(args.action, args.user)

@@ -22,8 +22,18 @@ from typing import Any
 
 import zmq
 
-from kernel_server.wire import protocol as P
-from kernel_server.wire.protocol import apply_client_keys
+from kernel_server.core.paths import qonductor_home
+from kernel_server.wire.connection import ConnectionInfo, apply_client_keys, connection_file_path
+from kernel_server.wire.envelope import (
+    MAX_PAYLOAD_BYTES,
+    EventSealer,
+    check_size,
+    decode,
+    encode,
+    new_request_id,
+)
+from kernel_server.wire.errors import ProtocolError, RemoteError
+from kernel_server.wire.messages import ErrorReply, Event, Message, Ping, Pong, Shutdown
 
 
 class OrchestratorUnavailable(RuntimeError):
@@ -50,7 +60,7 @@ def pid_alive(pid: int) -> bool:
 @contextmanager
 def _start_lock():
     """Serialise starting the orchestrator between kernels that all want one at once."""
-    home = P.qonductor_home()
+    home = qonductor_home()
     home.mkdir(parents=True, exist_ok=True)
     fd = os.open(home / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -61,33 +71,33 @@ def _start_lock():
         os.close(fd)
 
 
-def read_connection() -> P.ConnectionInfo | None:
-    path = P.connection_file_path()
+def read_connection() -> ConnectionInfo | None:
+    path = connection_file_path()
     try:
-        return P.ConnectionInfo.read(path)
+        return ConnectionInfo.read(path)
     except (OSError, ValueError, TypeError):
         return None
 
 
-def ping(info: P.ConnectionInfo, timeout: float = 2.0) -> P.Pong | None:
-    ctx = zmq.Context.instance()
+def ping(info: ConnectionInfo, timeout: float = 2.0) -> Pong | None:
+    ctx: zmq.Context = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
         apply_client_keys(sock, info)
         sock.connect(info.router)
         signer = info.signer()
-        rid = P.new_request_id()
-        sock.send_multipart(P.encode(P.Ping(), signer, rid))
+        rid = new_request_id()
+        sock.send_multipart(encode(Ping(), signer, rid))
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
             if not sock.poll(int(left * 1000)):
                 return None
             try:
-                env = P.decode(sock.recv_multipart(), signer)
-            except P.ProtocolError:
+                env = decode(sock.recv_multipart(), signer)
+            except ProtocolError:
                 continue
-            if env.request_id == rid and isinstance(env.message, P.Pong):
+            if env.request_id == rid and isinstance(env.message, Pong):
                 return env.message
         return None
     finally:
@@ -107,8 +117,8 @@ def server_status(timeout: float = 2.0) -> dict[str, Any] | None:
         "pub": info.pub,
         "uptime_s": time.time() - pong.started_at,
         "fleet": pong.fleet,
-        "connection_file": str(P.connection_file_path()),
-        "home": str(P.qonductor_home()),
+        "connection_file": str(connection_file_path()),
+        "home": str(qonductor_home()),
     }
 
 
@@ -117,7 +127,7 @@ def start_server(
     timeout: float = 90.0,
     cluster: str | None = None,
     public_host: str | None = None,
-) -> P.ConnectionInfo:
+) -> ConnectionInfo:
     """Return a live orchestrator's connection info, starting a detached one if none answers."""
     with _start_lock():
         info = read_connection()
@@ -127,7 +137,7 @@ def start_server(
             # Alive but silent for 3 s: probably still starting up. Give it the full timeout.
             if _wait_ready(info.pid, timeout) is not None:
                 return read_connection()  # type: ignore[return-value]
-        home = P.qonductor_home()
+        home = qonductor_home()
         home.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "kernel_server"]
         if fleet:
@@ -171,7 +181,7 @@ def _last_line(log_path: Path) -> str:
 
 def _wait_ready(
     pid: int, timeout: float, proc: subprocess.Popen | None = None
-) -> P.ConnectionInfo | None:
+) -> ConnectionInfo | None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -189,8 +199,8 @@ def stop_server(timeout: float = 15.0) -> bool:
     if info is None or not pid_alive(info.pid):
         return False
     try:
-        Client(autostart=False, info=info).request(P.Shutdown(), timeout=3.0)
-    except (OrchestratorUnavailable, P.RemoteError):
+        Client(autostart=False, info=info).request(Shutdown(), timeout=3.0)
+    except (OrchestratorUnavailable, RemoteError):
         pass
     deadline = time.monotonic() + timeout
     while pid_alive(info.pid) and time.monotonic() < deadline:
@@ -204,7 +214,7 @@ class Client:
     """Request/reply over a DEALER socket; thread-safe; restarts a dead orchestrator."""
 
     def __init__(
-        self, autostart: bool = True, info: P.ConnectionInfo | None = None, fleet: str | None = None
+        self, autostart: bool = True, info: ConnectionInfo | None = None, fleet: str | None = None
     ):
         self.autostart = autostart
         self.fleet = fleet
@@ -214,7 +224,7 @@ class Client:
         self.restarts = 0
 
     @property
-    def info(self) -> P.ConnectionInfo:
+    def info(self) -> ConnectionInfo:
         with self._lock:
             if self._info is None:
                 self._connect()
@@ -231,7 +241,7 @@ class Client:
             info = start_server(self.fleet)
         self._set_info(info)
 
-    def _set_info(self, info: P.ConnectionInfo) -> None:
+    def _set_info(self, info: ConnectionInfo) -> None:
         if self._sock is not None:
             self._sock.close()
         self._info = info
@@ -265,7 +275,7 @@ class Client:
         self.restarts += 1
         self._set_info(start_server(self.fleet))
 
-    def request(self, message: P.Message, timeout: float = 30.0, retries: int = 2) -> P.Message:
+    def request(self, message: Message, timeout: float = 30.0, retries: int = 2) -> Message:
         """Send a request, return the reply; RemoteError for an error reply."""
         with self._lock:
             if self._sock is None:
@@ -276,8 +286,8 @@ class Client:
             for attempt in range(retries + 1):
                 reply = self._try(message, timeout)
                 if reply is not None:
-                    if isinstance(reply, P.ErrorReply):
-                        raise P.RemoteError(reply.type, reply.message)
+                    if isinstance(reply, ErrorReply):
+                        raise RemoteError(reply.type, reply.message)
                     return reply
                 if attempt < retries:
                     self._recover()
@@ -285,11 +295,11 @@ class Client:
                 f"no reply to {message.op!r} after {retries + 1} attempts of {timeout:.0f} s"
             )
 
-    def _try(self, message: P.Message, timeout: float) -> P.Message | None:
+    def _try(self, message: Message, timeout: float) -> Message | None:
         assert self._sock is not None
-        rid = P.new_request_id()
-        frames = P.encode(message, self._signer, rid)
-        P.check_size(frames, self._info.max_payload_bytes if self._info else P.MAX_PAYLOAD_BYTES)
+        rid = new_request_id()
+        frames = encode(message, self._signer, rid)
+        check_size(frames, self._info.max_payload_bytes if self._info else MAX_PAYLOAD_BYTES)
         self._sock.send_multipart(frames)
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
@@ -299,8 +309,8 @@ class Client:
                     return None
                 continue
             try:
-                env = P.decode(self._sock.recv_multipart(), self._signer)
-            except P.ProtocolError:
+                env = decode(self._sock.recv_multipart(), self._signer)
+            except ProtocolError:
                 continue
             if env.request_id == rid:
                 return env.message
@@ -308,7 +318,7 @@ class Client:
 
     def subscribe(
         self,
-        callback: Callable[[P.Event], None],
+        callback: Callable[[Event], None],
         workflow_id: str = "",
     ) -> Subscription:
         return Subscription(self.info, callback, workflow_id)
@@ -324,7 +334,7 @@ class Subscription:
     """Events from the orchestrator's PUB socket, delivered to a callback on a daemon thread."""
 
     def __init__(
-        self, info: P.ConnectionInfo, callback: Callable[[P.Event], None], workflow_id: str = ""
+        self, info: ConnectionInfo, callback: Callable[[Event], None], workflow_id: str = ""
     ):
         self._info = info
         self._callback = callback
@@ -336,11 +346,11 @@ class Subscription:
         self._ready.wait(5.0)
 
     def _run(self) -> None:
-        sock = zmq.Context.instance().socket(zmq.SUB)
+        sock: zmq.Socket = zmq.Context.instance().socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         # Events are sealed with their owner's key, on a topic derived from it: this key
         # subscribes to its own events only, and could open no one else's.
-        sealer = P.EventSealer(self._info.key.encode())
+        sealer = EventSealer(self._info.key.encode())
         sock.setsockopt(zmq.SUBSCRIBE, sealer.topic)
         apply_client_keys(sock, self._info)
         sock.connect(self._info.pub)
@@ -352,9 +362,9 @@ class Subscription:
                 frames = sock.recv_multipart()
                 try:
                     env = sealer.open(frames)
-                except P.ProtocolError:
+                except ProtocolError:
                     continue
-                if isinstance(env.message, P.Event) and (
+                if isinstance(env.message, Event) and (
                     not self._workflow_id or env.message.workflow_id == self._workflow_id
                 ):
                     try:
@@ -381,4 +391,4 @@ def get_client() -> Client:
 
 
 def home() -> Path:
-    return P.qonductor_home()
+    return qonductor_home()

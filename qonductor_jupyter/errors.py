@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernel_server.wire.protocol import RemoteError
+from kernel_server.wire.errors import RemoteError
 
 
 class QonductorError(Exception):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_server.core.jobs import FINAL_WORKFLOW_STATES
-from kernel_server.wire import protocol as P
+from kernel_server.wire.messages import GetResults, Invoke, ListWorkflows, Ok, WorkflowReply
 
 from .client import Client, read_connection
 
@@ -93,11 +93,11 @@ def run_load(
     waiter = Client(autostart=False, info=info)
     try:
         final = _wait_all(waiter, load.ids, wait_s)
-        listing = waiter.request(P.ListWorkflows(limit=len(load.ids) + 1000), timeout=60)
+        listing = waiter.request(ListWorkflows(limit=len(load.ids) + 1000), timeout=60)
     finally:
         waiter.close()
         stop_sampling.set()
-    if not isinstance(listing, P.Ok):
+    if not isinstance(listing, Ok):
         raise RuntimeError(f"list_workflows answered {listing.op!r}")
     listed = [w["id"] for w in listing.data["workflows"]]
     ids = set(load.ids)
@@ -166,7 +166,7 @@ def _client_loop(
             workflow_id = "wf-" + uuid.uuid4().hex[:12]
             sent = time.perf_counter()
             try:
-                client.request(P.Invoke(image_id=image_id, workflow_id=workflow_id), timeout=30)
+                client.request(Invoke(image_id=image_id, workflow_id=workflow_id), timeout=30)
             except Exception as exc:  # counted and reported, the load goes on
                 with load.lock:
                     load.errors.append(f"{type(exc).__name__}: {exc}")
@@ -193,8 +193,8 @@ def _wait_all(waiter: Client, ids: list[str], wait_s: float) -> dict[str, int]:
 
 def _results(client: Client, workflow_id: str, wait_s: float) -> str:
     """One long poll for a workflow's results; the state it is in."""
-    reply = client.request(P.GetResults(workflow_id=workflow_id, wait_s=wait_s), timeout=60)
-    if not isinstance(reply, P.WorkflowReply):
+    reply = client.request(GetResults(workflow_id=workflow_id, wait_s=wait_s), timeout=60)
+    if not isinstance(reply, WorkflowReply):
         raise RuntimeError(f"results of {workflow_id} answered {reply.op!r}")
     return reply.state
 

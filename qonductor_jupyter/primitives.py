@@ -15,11 +15,12 @@ from typing import Any
 
 
 def _step_primitives() -> dict[str, Any] | None:
-    worker = sys.modules.get("kernel_server.tasks.step")
-    if worker is None:
+    step = sys.modules.get("kernel_server.tasks.primitives")
+    if step is None:
         return None
-    primitives = worker.current_primitives()
-    if primitives is None and worker.in_worker():
+    primitives = step.current_primitives()
+    link = sys.modules.get("kernel_server.tasks.link")
+    if primitives is None and link is not None and link.in_worker():
         # A worker process, but not from a step's thread: there is no step to run it for, and
         # starting a workflow from inside a workflow would go round in circles.
         raise RuntimeError(

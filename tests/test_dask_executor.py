@@ -103,9 +103,9 @@ def test_cancel_behaves_as_on_the_local_pools(dask_orchestrator):
 
 
 def test_the_classical_scheduler_sees_the_dask_workers(dask_orchestrator):
-    from kernel_server.wire import protocol as P
+    from kernel_server.wire.messages import GetFleet
 
-    compute = client_module.get_client().request(P.GetFleet()).data["compute"]
+    compute = client_module.get_client().request(GetFleet()).data["compute"]
     workers = set(dask_orchestrator.scheduler_info()["workers"])
     dask_nodes = [n for n in compute["nodes"] if n["name"] in workers]
     assert compute["backend"] == "dask" and len(dask_nodes) == 2
@@ -119,7 +119,7 @@ def test_the_classical_scheduler_sees_the_dask_workers(dask_orchestrator):
 
 
 def test_dask_workers_become_classical_nodes_with_their_resources():
-    from kernel_server.compute.local import dask_nodes
+    from kernel_server.compute.dask import dask_nodes
     from kernel_server.core.resources import ClassicalRequest
     from kernel_server.scheduler.classical import ClassicalCluster
 

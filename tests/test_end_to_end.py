@@ -431,19 +431,20 @@ def test_deployment_config_restricts_the_qpus(shell):
 def test_badly_signed_messages_are_dropped_and_counted(orchestrator):
     import zmq
 
-    from kernel_server.wire import protocol as P
+    from kernel_server.wire.envelope import Signer, encode
+    from kernel_server.wire.messages import GetFleet, Shutdown
     from qonductor_jupyter.client import read_connection
 
-    before = qj.api._request(P.GetFleet()).data["dropped_messages"]
+    before = qj.api._request(GetFleet()).data["dropped_messages"]
     info = read_connection()
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(info.router)
-    sock.send_multipart(P.encode(P.Shutdown(), P.Signer(b"not the key")))
+    sock.send_multipart(encode(Shutdown(), Signer(b"not the key")))
     sock.send_multipart([b"just one frame"])
     assert not sock.poll(500)  # no reply, and above all no shutdown
     sock.close()
-    after = qj.api._request(P.GetFleet()).data["dropped_messages"]
+    after = qj.api._request(GetFleet()).data["dropped_messages"]
     assert after == before + 2
     assert qj.list_workflows() is not None
 

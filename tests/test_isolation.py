@@ -6,7 +6,8 @@ import pytest
 from helpers import wait_for
 
 from kernel_server.security import users
-from kernel_server.wire import protocol as P
+from kernel_server.wire.connection import ConnectionInfo
+from kernel_server.wire.messages import ListWorkflows
 from qonductor_jupyter import api
 from qonductor_jupyter import client as client_module
 from qonductor_jupyter.errors import QonductorError
@@ -21,7 +22,7 @@ def shared(tmp_path, monkeypatch):
     owner = client_module.start_server()
     clients = {"owner": client_module.Client(autostart=False, info=owner)}
     for name in ("alice", "bob"):
-        info = P.ConnectionInfo.read(users.add_user(name))
+        info = ConnectionInfo.read(users.add_user(name))
         assert info.user == name and info.key != owner.key
         clients[name] = client_module.Client(autostart=False, info=info)
     try:
@@ -77,12 +78,12 @@ def test_events_reach_only_the_workflow_s_owner(shared, monkeypatch):
 def test_a_bad_user_name_and_an_unknown_user(shared, tmp_path):
     with pytest.raises(ValueError, match="user names are"):
         users.add_user("eve:admin")
-    forged = P.ConnectionInfo.read(users.add_user("mallory"))
+    forged = ConnectionInfo.read(users.add_user("mallory"))
     users.remove_user("mallory")  # her key no longer opens anything
     client = client_module.Client(autostart=False, info=forged)
     try:
         with pytest.raises(client_module.OrchestratorUnavailable):
-            client.request(P.ListWorkflows(), timeout=1, retries=0)
+            client.request(ListWorkflows(), timeout=1, retries=0)
     finally:
         client.close()
 
@@ -94,27 +95,27 @@ def test_a_public_endpoint_speaks_curve_to_allowed_keys_only(tmp_path, monkeypat
     owner = client_module.start_server(public_host="127.0.0.1")
     try:
         assert owner.public_router and owner.curve_server_key
-        carol = P.ConnectionInfo.read(users.add_user("carol"))
+        carol = ConnectionInfo.read(users.add_user("carol"))
         assert carol.router == owner.public_router and carol.curve_secret_key
         client = client_module.Client(autostart=False, info=carol)
-        assert client.request(P.ListWorkflows(), timeout=10).data["workflows"] == []
+        assert client.request(ListWorkflows(), timeout=10).data["workflows"] == []
         assert client.info.user == "carol"  # over CURVE, not by falling back to the owner's file
         client.close()
         # A key pair that is not on the allow-list, and a client without CURVE, get nothing.
         public, secret = zmq.curve_keypair()
-        stranger = P.ConnectionInfo(**{**carol.__dict__, "curve_public_key": public.decode(),
+        stranger = ConnectionInfo(**{**carol.__dict__, "curve_public_key": public.decode(),
                                        "curve_secret_key": secret.decode()})  # fmt: skip
-        plain = P.ConnectionInfo(**{**carol.__dict__, "curve_server_key": ""})
+        plain = ConnectionInfo(**{**carol.__dict__, "curve_server_key": ""})
         for info in (stranger, plain):
             other = client_module.Client(autostart=False, info=info)
             with pytest.raises(client_module.OrchestratorUnavailable):
-                other.request(P.ListWorkflows(), timeout=1, retries=0)
+                other.request(ListWorkflows(), timeout=1, retries=0)
             other.close()
         # Removing the user takes the key off the allow-list for new connections.
         users.remove_user("carol")
         late = client_module.Client(autostart=False, info=carol)
         with pytest.raises(client_module.OrchestratorUnavailable):
-            late.request(P.ListWorkflows(), timeout=1, retries=0)
+            late.request(ListWorkflows(), timeout=1, retries=0)
         late.close()
         # The loopback endpoints stay plain for the owner.
         assert client_module.ping(owner, 5) is not None

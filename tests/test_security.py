@@ -13,7 +13,30 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import qonductor_jupyter as qj
-from kernel_server.wire import protocol as P
+from kernel_server.core.paths import qonductor_home
+from kernel_server.wire.connection import connection_file_path
+from kernel_server.wire.envelope import (
+    Envelope,
+    ReplayGuard,
+    Signer,
+    decode,
+    encode,
+    new_request_id,
+)
+from kernel_server.wire.errors import ProtocolError
+from kernel_server.wire.messages import (
+    MESSAGES,
+    Cancel,
+    ErrorReply,
+    Event,
+    GetFleet,
+    Message,
+    Ok,
+    Ping,
+    Pong,
+    SampleReply,
+    WorkflowReply,
+)
 from qonductor_jupyter.client import get_client, read_connection
 
 SLOW = "import time\ntime.sleep(20)\nfrom qiskit import QuantumCircuit\nq = QuantumCircuit(1)\n"
@@ -22,21 +45,21 @@ SLOW += "q.measure_all()\nc = sample(q, shots=5)\n"
 
 # ---------------------------------------------------------------- the replay guard, pure
 def _envelope(ts, nonce="n1"):
-    return P.Envelope(P.Ping(), "rid", ts, nonce)
+    return Envelope(Ping(), "rid", ts, nonce)
 
 
 def test_replay_guard_refuses_old_future_and_repeated_messages():
     now = [1000.0]
-    guard = P.ReplayGuard(window_s=60, clock=lambda: now[0])
+    guard = ReplayGuard(window_s=60, clock=lambda: now[0])
     guard.check(_envelope(1000.0, "a"))
-    with pytest.raises(P.ProtocolError) as replayed:
+    with pytest.raises(ProtocolError) as replayed:
         guard.check(_envelope(1000.0, "a"))
     assert replayed.value.reason == "replayed"
     for ts in (900.0, 1100.0):
-        with pytest.raises(P.ProtocolError) as stale:
+        with pytest.raises(ProtocolError) as stale:
             guard.check(_envelope(ts, "b"))
         assert stale.value.reason == "stale"
-    with pytest.raises(P.ProtocolError):
+    with pytest.raises(ProtocolError):
         guard.check(_envelope(1000.0, ""))  # no nonce, no replay protection: refused
     # Nonces are forgotten only once their messages could no longer pass the time check.
     for i in range(1000):
@@ -47,7 +70,7 @@ def test_replay_guard_refuses_old_future_and_repeated_messages():
 
 # ---------------------------------------------------------------- the live orchestrator
 def _counters():
-    data = get_client().request(P.GetFleet()).data
+    data = get_client().request(GetFleet()).data
     return data["dropped_messages"], data["dropped_by_reason"]
 
 
@@ -69,7 +92,7 @@ def _answer(sock, timeout_ms=1000):
 
 def test_a_valid_message_is_answered_once_and_its_replay_dropped(raw_socket):
     signer = read_connection().signer()
-    frames = P.encode(P.Ping(), signer)
+    frames = encode(Ping(), signer)
     raw_socket.send_multipart(frames)
     assert _answer(raw_socket) is not None
     before, reasons = _counters()
@@ -85,7 +108,7 @@ def test_stale_and_foreign_messages_are_never_executed(raw_socket):
     wait_for(lambda: qj.workflow_status(workflow_id) == "running", 60)
     before, reasons = _counters()
     # A cancel signed with another key (another user's, or a guess).
-    raw_socket.send_multipart(P.encode(P.Cancel(workflow_id=workflow_id), P.Signer(b"not-the-key")))
+    raw_socket.send_multipart(encode(Cancel(workflow_id=workflow_id), Signer(b"not-the-key")))
     # A cancel validly signed, but two minutes old (captured and held back).
     signer = read_connection().signer()
     payload = msgpack.packb(
@@ -127,26 +150,26 @@ def test_garbage_frames_do_not_stop_the_orchestrator(raw_socket):
         raw_socket.send_multipart(frames)
     assert _answer(raw_socket, 500) is None
     wait_for(lambda: _counters()[0] >= before + len(junk), 10)
-    assert get_client().request(P.Ping(), timeout=5).pid == read_connection().pid
+    assert get_client().request(Ping(), timeout=5).pid == read_connection().pid
 
 
 def test_connection_and_state_files_are_owner_only(orchestrator):
-    home = P.qonductor_home()
-    for path in (P.connection_file_path(), home / "state.db"):
+    home = qonductor_home()
+    for path in (connection_file_path(), home / "state.db"):
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
     assert stat.S_IMODE(os.stat(home).st_mode) == 0o700
 
 
 # ---------------------------------------------------------------- the decoder, fuzzed
-_KEY = P.Signer(b"fuzz-key")
+_KEY = Signer(b"fuzz-key")
 
 
 @pytest.mark.slow
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.binary(max_size=200), max_size=4))
 def test_random_frames_give_a_protocol_error(frames):
-    with pytest.raises(P.ProtocolError):
-        P.decode(frames, _KEY)
+    with pytest.raises(ProtocolError):
+        decode(frames, _KEY)
 
 
 _scalars = (
@@ -168,7 +191,7 @@ _values = st.recursive(
 
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    op=st.sampled_from(sorted(P.MESSAGES)) | st.text(max_size=12),
+    op=st.sampled_from(sorted(MESSAGES)) | st.text(max_size=12),
     body=st.dictionaries(st.text(max_size=16), _values, max_size=6) | _values,
     ts=st.floats(allow_nan=True) | st.text(max_size=5) | st.none(),
 )
@@ -176,10 +199,10 @@ _values = st.recursive(
 def test_signed_but_malformed_payloads_decode_or_give_a_protocol_error(op, body, ts):
     payload = msgpack.packb({"op": op, "id": "i", "ts": ts, "nonce": "n", "body": body})
     try:
-        env = P.decode([_KEY.sign(payload), payload], _KEY)
-    except P.ProtocolError:
+        env = decode([_KEY.sign(payload), payload], _KEY)
+    except ProtocolError:
         return
-    assert env.message.op == op and isinstance(env.message, P.Message)
+    assert env.message.op == op and isinstance(env.message, Message)
 
 
 # ---------------------------------------------------------------- wrongly typed fields, live
@@ -220,9 +243,9 @@ def _accepted_kinds(t) -> set[str]:
 def _requests_with_fields():
     from msgspec import inspect as mi
 
-    replies = {P.Ok, P.ErrorReply, P.Pong, P.WorkflowReply, P.SampleReply, P.Event}
+    replies = {Ok, ErrorReply, Pong, WorkflowReply, SampleReply, Event}
     out = []
-    for op, cls in sorted(P.MESSAGES.items()):
+    for op, cls in sorted(MESSAGES.items()):
         if cls in replies:
             continue
         for f in mi.type_info(cls).fields:
@@ -236,7 +259,7 @@ REQUEST_FIELDS = _requests_with_fields()
 
 def test_the_fuzzed_fields_cover_every_request_type():
     fuzzed = {op for op, _, wrong in REQUEST_FIELDS if wrong}
-    requests = {op for op, cls in P.MESSAGES.items() if cls.__struct_fields__}
+    requests = {op for op, cls in MESSAGES.items() if cls.__struct_fields__}
     requests -= {"ok", "error", "pong", "workflow", "sample_result", "event"}
     assert fuzzed == requests, requests - fuzzed
 
@@ -260,8 +283,8 @@ def test_every_request_with_a_wrongly_typed_field_gets_an_invalid_message_reply(
     raw_socket.send_multipart(_signed(signer, op, body))
     answer = _answer(raw_socket, 5000)
     assert answer is not None, f"no reply to {op} {body!r}"
-    reply = P.decode(answer, signer).message
-    assert isinstance(reply, P.ErrorReply), reply
+    reply = decode(answer, signer).message
+    assert isinstance(reply, ErrorReply), reply
     assert reply.type == "InvalidMessage", reply
     field = next(iter(body))
     assert field in reply.message, reply.message  # it says which field is wrong
@@ -277,15 +300,15 @@ def test_the_orchestrator_serves_on_after_wrongly_typed_requests(raw_socket):
         raw_socket.send_multipart(_signed(signer, op, {name: [1, 2]}))
         answer = _answer(raw_socket, 5000)
         assert answer is not None, (op, name)
-        assert P.decode(answer, signer).message.type == "InvalidMessage", (op, name)
-    assert get_client().request(P.Ping(), timeout=5).pid == read_connection().pid
+        assert decode(answer, signer).message.type == "InvalidMessage", (op, name)
+    assert get_client().request(Ping(), timeout=5).pid == read_connection().pid
     workflow_id = qj.invoke(qj.deploy(qj.create_workflow("x = 1\ny = 2\ndel y\n")))
     assert qj.workflow_results(workflow_id, timeout=60) == {"x": 1}  # `del y`: y is gone
 
 
 def _signed(signer, op, body):
     payload = msgpack.packb(
-        {"op": op, "id": P.new_request_id(), "ts": time.time(), "nonce": os.urandom(8).hex(),
+        {"op": op, "id": new_request_id(), "ts": time.time(), "nonce": os.urandom(8).hex(),
          "body": body},
         use_bin_type=True,
     )  # fmt: skip

@@ -60,9 +60,9 @@ from kernel_server.scheduler.cycle import QPUView
 from kernel_server.scheduler.dispatch import OnlineDispatcher
 from kernel_server.scheduler.placement import Candidate, place
 from kernel_server.tasks.step import StepOutcome, StepSpec
-from kernel_server.wire import protocol as P
+from kernel_server.wire import messages as P
 
-__all__ = ["CircuitTooWide", "Executors", "JobManager", "UnknownWorkflow", "UserError"]
+__all__ = ["CircuitTooWide", "Executors", "JobManager"]
 
 log = logging.getLogger("kernel_server.control.manager")
 

@@ -16,13 +16,14 @@ import re
 from pathlib import Path
 
 from kernel_server.core.files import write_private
-from kernel_server.wire import protocol as P
+from kernel_server.core.paths import qonductor_home
+from kernel_server.wire.connection import ConnectionInfo, new_key, server_connection_file_path
 
 USER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 def users_file() -> Path:
-    return P.qonductor_home() / "users.json"
+    return qonductor_home() / "users.json"
 
 
 def _read() -> dict[str, str]:
@@ -42,11 +43,11 @@ def add_user(name: str) -> Path:
         raise ValueError(
             f"user names are 1-64 letters, digits, '_', '.' or '-'; {name!r} is not one"
         )
-    owner = P.ConnectionInfo.read(P.server_connection_file_path())
+    owner = ConnectionInfo.read(server_connection_file_path())
     users = _read()
-    users[name] = P.new_key()
+    users[name] = new_key()
     _write(users)
-    path = P.qonductor_home() / "users" / f"{name}.json"
+    path = qonductor_home() / "users" / f"{name}.json"
     mine = dataclasses.replace(owner, key=users[name], user=name)
     if owner.public_router:  # a shared orchestrator: the user comes in over CURVE
         import zmq
@@ -54,9 +55,9 @@ def add_user(name: str) -> Path:
         from kernel_server.security.curve import read_allow_list, write_allow_list
 
         public_key, secret_key = zmq.curve_keypair()
-        allowed = read_allow_list(P.qonductor_home())
+        allowed = read_allow_list(qonductor_home())
         allowed[name] = public_key.decode()
-        write_allow_list(P.qonductor_home(), allowed)
+        write_allow_list(qonductor_home(), allowed)
         mine = dataclasses.replace(
             mine,
             router=owner.public_router,
@@ -77,8 +78,8 @@ def remove_user(name: str) -> bool:
     if users.pop(name, None) is None:
         return False
     _write(users)
-    allowed = read_allow_list(P.qonductor_home())
+    allowed = read_allow_list(qonductor_home())
     if allowed.pop(name, None) is not None:
-        write_allow_list(P.qonductor_home(), allowed)
-    (P.qonductor_home() / "users" / f"{name}.json").unlink(missing_ok=True)
+        write_allow_list(qonductor_home(), allowed)
+    (qonductor_home() / "users" / f"{name}.json").unlink(missing_ok=True)
     return True

@@ -124,7 +124,7 @@ def sim_qpus(count: int) -> list[SimQPU]:
 
 
 def _cache_dir() -> Path:
-    from kernel_server.wire.protocol import qonductor_home
+    from kernel_server.core.paths import qonductor_home
 
     return qonductor_home() / "cache"
 

@@ -62,7 +62,7 @@ def estimate_on_device(circuits_blob: bytes, device: str, seed: int = 0) -> Devi
     backend = load_backend(device)
     circuits = load_circuits(circuits_blob)
     if _mitigated_by_hand(circuits):
-        from kernel_server.estimator.mitigation.stack import choose_layout, transpile_mitigated
+        from kernel_server.backends.compile import choose_layout, transpile_mitigated
 
         layout = choose_layout(circuits[0], backend)
         compiled = [transpile_mitigated(c, backend, layout) for c in circuits]
@@ -100,9 +100,9 @@ def execute_on_device(
     device: str, transpiled_blob: bytes, shots: int, seed: int | None
 ) -> Execution:
     """Run the transpiled circuits with the device's noise."""
-    from kernel_server.tasks.step import _EXCLUSIVE
+    from kernel_server.tasks.process import EXCLUSIVE
 
-    with _EXCLUSIVE:  # see classical._EXCLUSIVE: a Dask worker also runs steps in this process
+    with EXCLUSIVE:  # see tasks.process: a Dask worker also runs steps in this process
         return _execute_on_device(device, transpiled_blob, shots, seed)
 
 
@@ -119,7 +119,7 @@ def _execute_on_device(
         run = run_noisy_detailed(backend, circuit, shots, seed=None if seed is None else seed + i)
         results.append(dict(sorted(run.counts.items())))
         methods.append(run.method)
-    from kernel_server.tasks.step import worker_address
+    from kernel_server.tasks.process import worker_address
 
     return Execution(cloudpickle.dumps(results), methods, worker_address())
 
@@ -145,7 +145,7 @@ def plan_step(
         templates = templates_for(fleet)
         # Mitigation the cell applied by hand pins that part of the plan: only unmitigated
         # plans (QPU template and accelerator still chosen by the estimator).
-        pinned = {"stacks": ("none",)} if _mitigated_by_hand(circuits) else {}
+        pinned: dict[str, Any] = {"stacks": ("none",)} if _mitigated_by_hand(circuits) else {}
         plans = resource_plans(
             circuit, k, backends=templates.values(), shots=shots, prices=prices, **pinned
         )
@@ -176,9 +176,9 @@ def execute_mitigated(
 ) -> Execution:
     """Run each circuit with a mitigation stack on the device's noise; the mitigated outcome
     distribution comes back as counts (``counts_from_distribution``)."""
-    from kernel_server.tasks.step import _EXCLUSIVE
+    from kernel_server.tasks.process import EXCLUSIVE
 
-    with _EXCLUSIVE:  # see classical._EXCLUSIVE
+    with EXCLUSIVE:  # see tasks.process
         return _execute_mitigated(device, circuits_blob, stack, shots, seed)
 
 
@@ -186,7 +186,7 @@ def _execute_mitigated(
     device: str, circuits_blob: bytes, stack: str, shots: int, seed: int | None
 ) -> Execution:
     from kernel_server.backends.devices import load_backend
-    from kernel_server.estimator.mitigation.stack import run_mitigated_detailed
+    from kernel_server.estimator.mitigation.run import run_mitigated_detailed
 
     backend = load_backend(device)
     circuits = load_circuits(circuits_blob)
@@ -197,7 +197,7 @@ def _execute_mitigated(
             per_outcome=True,
         )  # fmt: skip
         results.append(counts_from_distribution(dict(run.value), shots))
-    from kernel_server.tasks.step import worker_address
+    from kernel_server.tasks.process import worker_address
 
     methods = [f"mitigated:{stack}"] * len(circuits)
     return Execution(cloudpickle.dumps(results), methods, worker_address())

@@ -15,7 +15,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kernel_server.core.jobs import FINAL_WORKFLOW_STATES
-from kernel_server.wire import protocol as P
+from kernel_server.wire.errors import RemoteError
+from kernel_server.wire.messages import (
+    Cancel,
+    Event,
+    GetFleet,
+    GetStatus,
+    ListWorkflows,
+    Message,
+    Ok,
+)
 
 from ..client import Client, OrchestratorUnavailable, Subscription, pid_alive, read_connection
 
@@ -32,7 +41,7 @@ class ManagerError(Exception):
 def _http_error(exc: Exception) -> ManagerError:
     if isinstance(exc, OrchestratorUnavailable):
         return ManagerError(503, f"Qonductor orchestrator unavailable: {exc}")
-    if isinstance(exc, P.RemoteError):
+    if isinstance(exc, RemoteError):
         if exc.type_name == "UnknownWorkflow":
             return ManagerError(404, exc.message)
         if exc.type_name in ("UserError", "ValueError", "ConfigError"):
@@ -56,7 +65,7 @@ class QonductorManager:
         self._subscribed_to: str | None = None
 
     # ---------------------------------------------------------------- plumbing
-    async def _request(self, message: P.Message) -> P.Message:
+    async def _request(self, message: Message) -> Message:
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(
@@ -65,10 +74,10 @@ class QonductorManager:
         except Exception as exc:
             raise _http_error(exc) from exc
 
-    async def _data(self, message: P.Message) -> dict[str, Any]:
+    async def _data(self, message: Message) -> dict[str, Any]:
         """The ``data`` of the orchestrator's Ok reply to ``message``."""
         reply = await self._request(message)
-        if not isinstance(reply, P.Ok):
+        if not isinstance(reply, Ok):
             raise ManagerError(500, f"{message.op}: the orchestrator answered {reply.op!r}")
         return reply.data
 
@@ -92,7 +101,7 @@ class QonductorManager:
             self._on_event(None)
         return False
 
-    def _on_event(self, event: P.Event | None) -> None:  # on the subscription's thread
+    def _on_event(self, event: Event | None) -> None:  # on the subscription's thread
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._bump)
 
@@ -103,7 +112,7 @@ class QonductorManager:
 
     # ---------------------------------------------------------------- queries
     async def fleet(self) -> dict[str, Any]:
-        data = await self._data(P.GetFleet())
+        data = await self._data(GetFleet())
         now = time.time()
         devices = []
         for d in data["devices"]:
@@ -126,7 +135,7 @@ class QonductorManager:
     async def workflows(self, limit: int = 50) -> dict[str, Any]:
         if not 1 <= limit <= 1000:
             raise ManagerError(400, f"limit must be between 1 and 1000, not {limit}")
-        data = await self._data(P.ListWorkflows(limit=limit))
+        data = await self._data(ListWorkflows(limit=limit))
         rows = []
         for w in data["workflows"]:
             finished = w.get("finished_at")
@@ -141,13 +150,13 @@ class QonductorManager:
         }
 
     async def workflow(self, workflow_id: str) -> dict[str, Any]:
-        reply = await self._request(P.GetStatus(workflow_id=workflow_id))
+        reply = await self._request(GetStatus(workflow_id=workflow_id))
         data = reply.to_dict()
         data.pop("outputs", None)  # pickled values mean nothing to a browser
         return data
 
     async def cancel(self, workflow_id: str) -> dict[str, Any]:
-        data = await self._data(P.Cancel(workflow_id=workflow_id))
+        data = await self._data(Cancel(workflow_id=workflow_id))
         return {"workflow_id": workflow_id, **data}
 
     async def wait_for_event(self, after: int, timeout: float) -> dict[str, Any]:

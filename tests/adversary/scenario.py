@@ -68,10 +68,12 @@ def main() -> int:
 
     try:
         from kernel_server.security import users
-        from kernel_server.wire import protocol as P
+        from kernel_server.wire.connection import ConnectionInfo
     except ImportError:  # the flat layout of the commits before the role packages
         from kernel_server import protocol as P  # type: ignore[no-redef]
         from kernel_server import users  # type: ignore[no-redef]
+
+        ConnectionInfo = P.ConnectionInfo  # type: ignore[misc]
     from qonductor_jupyter import api
     from qonductor_jupyter import client as client_module
 
@@ -82,7 +84,7 @@ def main() -> int:
     clients = {"owner": client_module.Client(autostart=False, info=owner)}
     infos = {}
     for name in ("alice", "bob"):
-        infos[name] = P.ConnectionInfo.read(users.add_user(name))
+        infos[name] = ConnectionInfo.read(users.add_user(name))
         clients[name] = client_module.Client(autostart=False, info=infos[name])
 
     def as_user(name: str) -> None:

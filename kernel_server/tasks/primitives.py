@@ -1,0 +1,126 @@
+"""The ``sample`` and ``estimate`` a step's code calls, and how its code finds them.
+
+Both send the circuits back to the orchestrator over this thread's link (``link.py``) and block
+until the QPU job is done. The same mechanism serves quantum steps (one call) and hybrid steps
+(calls inside a loop), so a VQE loop needs nothing special here.
+
+The running step's primitives are also what ``qonductor_jupyter.sample`` (imported by the cell) and
+a bare ``sample`` inside a function from another notebook cell reach: the step sets them as this
+thread's current primitives, and the worker's builtins carry ``sample``/``estimate`` names that
+call them (functions sent by value keep a globals dict of their own, without ``sample``).
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import threading
+from typing import Any
+
+import cloudpickle
+
+from kernel_server.core.circuits import (
+    _argument_text,
+    check_circuits,
+    check_shots,
+    circuit_for_estimate,
+)
+from kernel_server.tasks.link import QuantumCallError, get_link
+from kernel_server.wire.messages import Sample
+
+
+class _StepContext(threading.local):
+    primitives: dict[str, Any] | None = None
+
+
+_context = _StepContext()
+# Thread id -> the primitives of the step that thread runs: a thread the user's code starts
+# (a thread pool sampling in parallel) finds its step here when only one step is running.
+_running: dict[int, dict[str, Any]] = {}
+
+
+def current_primitives() -> dict[str, Any] | None:
+    """The ``sample``/``estimate`` of the step running in this thread (or, from a thread the
+    step's code started, of the only step running in this process); None outside any step."""
+    if _context.primitives is not None:
+        return _context.primitives
+    running = list(_running.values())
+    return running[0] if len(running) == 1 else None
+
+
+@contextlib.contextmanager
+def step_context(primitives: dict[str, Any]) -> Any:
+    """Make ``primitives`` this thread's current ones while the step's code runs."""
+    previous = _context.primitives
+    _context.primitives = primitives
+    _running[threading.get_ident()] = primitives
+    try:
+        yield
+    finally:
+        _context.primitives = previous
+        if previous is None:
+            _running.pop(threading.get_ident(), None)
+        else:
+            _running[threading.get_ident()] = previous
+
+
+def _builtin_primitive(name: str) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        primitives = current_primitives()
+        if primitives is None:
+            raise NameError(f"name {name!r} is not defined")
+        return primitives[name](*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"The running step's {name}() (see kernel_server.tasks.primitives)."
+    return call
+
+
+def install_builtin_primitives() -> None:
+    """Give functions sent by value (defined in a plain notebook cell, methods of notebook
+    classes) the running step's ``sample``/``estimate``: their own globals lack the names, so
+    Python looks in builtins next. Outside a step the names raise NameError as before."""
+    for name in ("sample", "estimate"):
+        if not hasattr(builtins, name):
+            setattr(builtins, name, _builtin_primitive(name))
+
+
+def make_primitives(
+    workflow_id: str, step_id: int, default_shots: int, capability: str = ""
+) -> dict[str, Any]:
+    """The ``sample`` and ``estimate`` a step sees."""
+
+    def run(batch: list[Any], shots: int) -> list[Any]:
+        from kernel_server.wire.circuits import CircuitFormatError, dump_circuits
+
+        try:
+            circuits = dump_circuits(batch)
+        except CircuitFormatError as exc:
+            raise QuantumCallError(str(exc)) from None
+        reply = get_link(capability).request(
+            Sample(workflow_id=workflow_id, step_id=step_id, circuits=circuits, shots=shots)
+        )
+        return cloudpickle.loads(reply.results)
+
+    def sample(circuits: Any, shots: int | None = None) -> Any:
+        """Run circuit(s) on a QPU chosen by the orchestrator; return counts dict(s)."""
+        batch, single = check_circuits(circuits, _argument_text(1))
+        results = run(batch, check_shots(shots) or default_shots)
+        return results[0] if single else results
+
+    def estimate(circuit: Any, observables: Any, shots: int | None = None) -> Any:
+        """Expectation value(s) of observable(s) on the circuit's state, measured on a QPU."""
+        from kernel_server.backends.observables import expectation_from_counts, measurement_circuits
+
+        circuit = circuit_for_estimate(circuit, _argument_text(1))
+        n_shots = check_shots(shots) or default_shots
+        single = not isinstance(observables, list)
+        obs_list = [observables] if single else observables
+        values = []
+        for obs in obs_list:
+            pairs = measurement_circuits(circuit, obs)
+            counts = run([c for c, _ in pairs], n_shots)
+            values.append(expectation_from_counts(obs, [g for _, g in pairs], counts))
+        return values[0] if single else values
+
+    return {"sample": sample, "estimate": estimate}

@@ -1,0 +1,208 @@
+"""The typed messages of the wire protocol: every request, reply and event, one class per ``op``.
+
+Each message is a ``msgspec.Struct`` with a class-level ``op``; decoding converts a body into the
+class of its op and refuses wrong types and out-of-range values before any handler sees it. The
+envelope the messages travel in (signature, id, timestamp, nonce) is ``envelope.py``'s.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar
+
+import msgspec
+
+PROTOCOL_VERSION = 1
+
+# Every message class by its op (filled as the classes are defined): what decoding looks up.
+MESSAGES: dict[str, type[Message]] = {}
+
+# Bounds every decoded message is checked against before a handler sees it.
+# Ids name files and rows: letters, digits, "_", "-" and "." (never ".."), at most 128.
+Id = Annotated[str, msgspec.Meta(pattern=r"^(?!.*\.\.)[A-Za-z0-9_.-]{0,128}$")]
+StepId = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
+Shots = Annotated[int, msgspec.Meta(ge=1)]
+Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=86_400.0)]
+
+
+class Message(msgspec.Struct, kw_only=True):
+    """A typed message body. Decoding converts the body into the class of its ``op`` and
+    refuses wrong types and out-of-range values (msgspec's strict conversion); unknown keys are
+    ignored, so that an older client can talk to a newer orchestrator."""
+
+    op: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.op:
+            if cls.op in MESSAGES:
+                raise TypeError(f"duplicate message op {cls.op!r}")
+            MESSAGES[cls.op] = cls
+
+    def to_dict(self) -> dict[str, Any]:
+        return msgspec.structs.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Message:
+        """The body as this class; ``msgspec.ValidationError`` names the first bad field."""
+        # msgpack carries bytes natively: a str where bytes belong is a wrong type, not base64.
+        return msgspec.convert(data, cls, builtin_types=(bytes, bytearray))
+
+
+# Requests from kernels (and the CLI) ---------------------------------------------------------
+
+
+class Ping(Message):
+    op: ClassVar[str] = "ping"
+
+
+class Shutdown(Message):
+    op: ClassVar[str] = "shutdown"
+
+
+class CreateWorkflow(Message):
+    """Register a workflow image: the split cell (graph) plus its code and configuration."""
+
+    op: ClassVar[str] = "create_workflow"
+    source: str = ""
+    graph: dict[str, Any] = {}
+    config: dict[str, Any] = {}
+    name: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+    # Objects bound into the image itself (the function-list form of create_workflow).
+    bound: dict[str, bytes] = {}
+
+
+class Deploy(Message):
+    op: ClassVar[str] = "deploy"
+    image_id: Id = ""
+    config: dict[str, Any] = {}
+
+
+class Invoke(Message):
+    """Run an image. The client chooses ``workflow_id``, so a resent request is idempotent."""
+
+    op: ClassVar[str] = "invoke"
+    image_id: Id = ""
+    workflow_id: Id = ""
+    inputs: dict[str, bytes] = {}
+    options: dict[str, Any] = {}
+
+
+class GetStatus(Message):
+    op: ClassVar[str] = "status"
+    workflow_id: Id = ""
+
+
+class GetResults(Message):
+    """Long-poll: the reply comes when the workflow is final or after ``wait_s`` seconds."""
+
+    op: ClassVar[str] = "results"
+    workflow_id: Id = ""
+    wait_s: Seconds = 0.0
+
+
+class ListImages(Message):
+    op: ClassVar[str] = "list_images"
+
+
+class ListWorkflows(Message):
+    op: ClassVar[str] = "list_workflows"
+    limit: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 100
+
+
+class Cancel(Message):
+    op: ClassVar[str] = "cancel"
+    workflow_id: Id = ""
+
+
+class ChoosePlan(Message):
+    """The user's plan for a quantum step of a ``--plan ask`` workflow (a number, or "off")."""
+
+    op: ClassVar[str] = "choose_plan"
+    workflow_id: Id = ""
+    step_id: StepId = 0
+    plan: Annotated[int, msgspec.Meta(ge=0)] | Annotated[str, msgspec.Meta(max_length=32)] = 0
+
+
+class GetFleet(Message):
+    op: ClassVar[str] = "fleet"
+
+
+# Requests from classical workers (quantum calls made inside a step) -------------------------
+
+
+class Sample(Message):
+    """A step's ``sample(...)`` call: circuits (QPY, a data format: nothing in it is code) to run
+    on one QPU.
+
+    ``num_qubits`` and ``fingerprint`` are the orchestrator's: it reads them off the circuits
+    themselves when the request arrives and overwrites whatever a client sent.
+    """
+
+    op: ClassVar[str] = "sample"
+    workflow_id: Id = ""
+    step_id: StepId = 0
+    circuits: bytes = b""
+    shots: Shots = 1
+    kind: Annotated[str, msgspec.Meta(max_length=32)] = "sample"
+    num_qubits: int = 0
+    # wire.circuits.fingerprint of the circuits ("" unknown): what estimates and
+    # plans are remembered under.
+    fingerprint: str = ""
+
+
+# Replies ------------------------------------------------------------------------------------
+
+
+class Ok(Message):
+    op: ClassVar[str] = "ok"
+    data: dict[str, Any] = {}
+
+
+class ErrorReply(Message):
+    op: ClassVar[str] = "error"
+    type: str = "Exception"
+    message: str = ""
+
+
+class Pong(Message):
+    op: ClassVar[str] = "pong"
+    pid: int = 0
+    version: int = PROTOCOL_VERSION
+    started_at: float = 0.0
+    fleet: list[str] = []
+
+
+class WorkflowReply(Message):
+    """State of one workflow; ``outputs`` is filled once it is done and the caller asked for it."""
+
+    op: ClassVar[str] = "workflow"
+    workflow_id: str = ""
+    state: str = ""
+    steps: list[dict[str, Any]] = []
+    error: str | None = None
+    outputs: dict[str, bytes] | None = None
+    stdout: str = ""
+    info: dict[str, Any] = {}
+
+
+class SampleReply(Message):
+    op: ClassVar[str] = "sample_result"
+    results: bytes = b""
+    qpu: str = ""
+
+
+# Events (PUB) --------------------------------------------------------------------------------
+
+
+class Event(Message):
+    """A state change of a workflow, published to its owner (see ``EventSealer``)."""
+
+    op: ClassVar[str] = "event"
+    workflow_id: str = ""
+    job_id: str = ""
+    step_id: int | None = None
+    kind: str = ""
+    state: str = ""
+    qpu: str | None = None
+    detail: str = ""
+    ts: float = 0.0
