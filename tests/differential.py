@@ -19,6 +19,7 @@ import cloudpickle
 
 from kernel_server.core.cell_functions import CELL_MODULE, mark_origin, rebind_cell_functions
 from kernel_server.core.dataflow import DELETED, cell_outputs, step_inputs
+from kernel_server.core.graph import WorkflowGraph
 from qonductor_jupyter.splitter import split_cell
 
 FILENAME = "<differential cell>"
@@ -54,29 +55,29 @@ def run_plain(source: str, notebook: dict) -> tuple[dict, tuple | None]:
 
 def run_split(source: str, notebook: dict) -> tuple[dict, tuple | None]:
     graph = split_cell(source)
-    data = graph.to_dict()
+    data = WorkflowGraph.from_dict(graph.to_dict())  # what the orchestrator reads off the wire
     blobs = {name: cloudpickle.dumps(notebook[name]) for name in graph.inputs if name in notebook}
     results: dict[int, dict[str, bytes]] = {}
     failed = None
-    for step in data["steps"]:  # cell order: a valid order of the DAG
+    for step in data.steps:  # cell order: a valid order of the DAG
         ns = {"__name__": CELL_MODULE, "__builtins__": builtins}
         ns.update({n: cloudpickle.loads(b) for n, b in step_inputs(step, blobs, results).items()})
         rebind_cell_functions(ns, ns, fill=True)
         ns.update(PRIMITIVES)
-        code = "\n" * (step["lineno"] - 1) + step["source"]
+        code = "\n" * (step.lineno - 1) + step.source
         try:
             exec(compile(code, FILENAME, "exec"), ns)
         except Exception as exc:
             failed = exc
-        for name in step["writes"]:
+        for name in step.writes:
             mark_origin(ns.get(name))
-        results[step["id"]] = {
+        results[step.id] = {
             name: cloudpickle.dumps(ns[name]) if name in ns else DELETED
-            for name in step["writes"]
-            if name in ns or name in step["deletes"]
+            for name in step.writes
+            if name in ns or name in step.deletes
         }
         if failed is not None:
-            upto = step["id"]
+            upto = step.id
             break
     else:
         upto = None

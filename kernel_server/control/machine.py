@@ -54,6 +54,7 @@ from kernel_server.control.events import (
 )
 from kernel_server.core.dataflow import cell_outputs, step_inputs
 from kernel_server.core.deployment import DEFAULT_SHOTS
+from kernel_server.core.graph import Step, StepKind
 from kernel_server.core.jobs import JobRecord, JobState, WorkflowRun, WorkflowState, new_id
 from kernel_server.core.plans import ASSUMED_LOOP_CALLS, choose_plan, parse_plan_option
 from kernel_server.tasks.step import StepOutcome, StepSpec
@@ -91,8 +92,8 @@ class LiveWorkflow:
     # QPU job id -> its index among its step's QPU jobs (seeds derive from it).
     qpu_index: dict[str, int] = field(default_factory=dict)
 
-    def step(self, step_id: int) -> dict[str, Any]:
-        return next(s for s in self.run.graph["steps"] if s["id"] == step_id)
+    def step(self, step_id: int) -> Step:
+        return self.run.step(step_id)
 
 
 # ------------------------------------------------------------------------------------ machine
@@ -223,13 +224,13 @@ class WorkflowMachine:
         return StepSpec(
             workflow_id=live.run.id,
             step_id=sid,
-            kind=step["kind"],
-            code=step["source"],
-            lineno=step["lineno"],
-            cell_source=live.run.graph.get("source", ""),
+            kind=step.kind.value,
+            code=step.source,
+            lineno=step.lineno,
+            cell_source=live.run.cell_source,
             inputs=step_inputs(step, live.inputs, results),
-            writes=list(step["writes"]),
-            deletes=list(step.get("deletes", [])),
+            writes=list(step.writes),
+            deletes=list(step.deletes),
             shots=int(live.options.get("shots", DEFAULT_SHOTS)),
         )
 
@@ -264,11 +265,11 @@ class WorkflowMachine:
         run = live.run
         values = {sid: outputs for sid, (outputs, _) in live.results.items()}
         upto = run.failed_step if run.state is WorkflowState.FAILED else None
-        outputs = cell_outputs(run.graph, values, upto)
+        outputs = cell_outputs(run.model, values, upto)
         stdout = "".join(
-            live.results[s["id"]][1]
-            for s in run.graph["steps"]
-            if s["id"] in live.results and (upto is None or s["id"] <= upto)
+            live.results[s.id][1]
+            for s in run.model.steps
+            if s.id in live.results and (upto is None or s.id <= upto)
         )
         if not run.state.final:
             run.move_to(WorkflowState.DONE)
@@ -352,9 +353,9 @@ class WorkflowMachine:
         """QPU calls the step makes with its plan: one for a quantum step; for a hybrid step
         what its text shows, or a long loop where it does not say."""
         step = live.step(step_id)
-        if step.get("kind") != "hybrid":
+        if step.kind is not StepKind.HYBRID:
             return 1
-        return int(step.get("expected_calls") or ASSUMED_LOOP_CALLS)
+        return step.expected_calls or ASSUMED_LOOP_CALLS
 
     def _plan_chosen(self, ev: PlanChosen) -> list[Instruction]:
         live = self.live.get(ev.workflow_id)

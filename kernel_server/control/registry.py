@@ -19,6 +19,7 @@ import msgpack
 
 from kernel_server.core.deployment import validate_config
 from kernel_server.core.files import write_private
+from kernel_server.core.graph import WorkflowGraph
 
 # What create() makes; anything else (a path, "..") names no image.
 IMAGE_ID = re.compile(r"^img-[0-9a-f]{12}$")
@@ -56,6 +57,23 @@ class Image:
         }
 
 
+class GraphError(ValueError):
+    """A workflow graph the orchestrator cannot run (a client that is not ours, or a bug)."""
+
+
+def check_graph(graph: dict[str, Any]) -> WorkflowGraph:
+    """The typed graph of a request's graph dict; refused here, once, rather than when a step
+    is looked up halfway through a run."""
+    try:
+        model = WorkflowGraph.from_dict(graph)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise GraphError(f"malformed workflow graph: {type(exc).__name__}: {exc}") from None
+    ids = {step.id for step in model.steps}
+    if len(ids) != len(model.steps) or any(a not in ids or b not in ids for a, b in model.edges):
+        raise GraphError("malformed workflow graph: step ids repeat, or an edge names no step")
+    return model
+
+
 class Registry:
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -71,6 +89,7 @@ class Registry:
         owner: str = "",
     ) -> Image:
         config = validate_config(config)
+        check_graph(graph)
         digest = hashlib.sha256()
         # Each user's images are their own: the same cell of two users makes two images.
         digest.update(f"{owner}\0".encode() if owner else b"")

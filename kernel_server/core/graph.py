@@ -41,6 +41,9 @@ class Step:
     quantum_calls: int = 0
     # Names the step may ``del``: where one is gone at its end, it is gone from the notebook too.
     deletes: tuple[str, ...] = ()
+    # QPU calls a hybrid step's loop makes, as its text and the notebook's values show (the kernel
+    # counts them before it sends the graph); None where it cannot tell.
+    expected_calls: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +57,7 @@ class Step:
             "producers": dict(self.producers),
             "quantum_calls": self.quantum_calls,
             "deletes": list(self.deletes),
+            **({"expected_calls": self.expected_calls} if self.expected_calls is not None else {}),
         }
 
     @classmethod
@@ -72,6 +76,7 @@ class Step:
             },
             quantum_calls=int(d.get("quantum_calls", 0)),
             deletes=tuple(d.get("deletes", ())),
+            expected_calls=None if d.get("expected_calls") is None else int(d["expected_calls"]),
         )
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from kernel_server.core.graph import Step, WorkflowGraph
+
 
 class JobState(str, Enum):
     PENDING = "pending"
@@ -208,7 +210,7 @@ class WorkflowRun:
 
     id: str
     image_id: str
-    graph: dict[str, Any]
+    graph: dict[str, Any]  # as it travels and is stored (WorkflowGraph.to_dict and the cell)
     steps: dict[int, JobRecord]
     state: WorkflowState = WorkflowState.SUBMITTED
     qpu_jobs: dict[str, JobRecord] = field(default_factory=dict)
@@ -219,21 +221,36 @@ class WorkflowRun:
     # cell still runs to its end; what comes after it does not run.
     failed_step: int | None = None
 
+    model: WorkflowGraph = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.model = WorkflowGraph.from_dict(self.graph)
+        self._steps = {step.id: step for step in self.model.steps}
+
     @classmethod
     def new(cls, workflow_id: str, image_id: str, graph: dict[str, Any]) -> WorkflowRun:
         steps = {
-            s["id"]: JobRecord(
-                id=f"{workflow_id}.s{s['id']}",
+            step.id: JobRecord(
+                id=f"{workflow_id}.s{step.id}",
                 workflow_id=workflow_id,
-                kind=s["kind"],
-                step_id=s["id"],
+                kind=step.kind.value,
+                step_id=step.id,
             )
-            for s in graph["steps"]
+            for step in WorkflowGraph.from_dict(graph).steps
         }
         return cls(id=workflow_id, image_id=image_id, graph=graph, steps=steps)
 
-    def dependencies(self, step_id: int) -> list[int]:
-        return [a for a, b in self.graph["edges"] if b == step_id]
+    def step(self, step_id: int) -> Step:
+        """The graph's step ``step_id`` (what it runs, reads and writes)."""
+        return self._steps[step_id]
+
+    @property
+    def cell_source(self) -> str:
+        """The whole cell, as the kernel sent it beside the graph (for tracebacks)."""
+        return str(self.graph.get("source", ""))
+
+    def dependencies(self, step_id: int) -> tuple[int, ...]:
+        return self.model.predecessors(step_id)
 
     def ready_steps(self) -> list[int]:
         """Pending steps whose every dependency is done, in step order."""
@@ -318,15 +335,14 @@ class WorkflowRun:
         by_step: dict[int, list[JobRecord]] = {}
         for q in self.qpu_jobs.values():
             by_step.setdefault(q.step_id or 0, []).append(q)
-        for s in self.graph["steps"]:
-            job = self.steps[s["id"]]
-            summary = job.summary()
+        for step in self.model.steps:
+            summary = self.steps[step.id].summary()
             summary.update(
-                lineno=s["lineno"],
-                end_lineno=s["end_lineno"],
-                first_line=s["source"].splitlines()[0] if s["source"] else "",
+                lineno=step.lineno,
+                end_lineno=step.end_lineno,
+                first_line=step.source.splitlines()[0] if step.source else "",
             )
-            summary["qpu_jobs"] = [q.summary() for q in by_step.get(s["id"], [])]
+            summary["qpu_jobs"] = [q.summary() for q in by_step.get(step.id, [])]
             out.append(summary)
         return out
 

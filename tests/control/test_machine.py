@@ -74,13 +74,22 @@ def graph(*kinds_: str) -> dict[str, Any]:
                 "source": f"x{i} = {i}",
                 "lineno": i + 1,
                 "end_lineno": i + 1,
+                "reads": [f"x{i - 1}"] if i else ["seed"],
                 "writes": [f"x{i}"],
                 "producers": {f"x{i - 1}": i - 1} if i else {"seed": None},
                 "deletes": [],
             }
         )
     edges = [[i - 1, i] for i in range(1, len(kinds_))]
-    return {"steps": steps, "edges": edges, "source": "\n".join(s["source"] for s in steps)}
+    source = "\n".join(s["source"] for s in steps)
+    outputs = {f"x{i}": i for i in range(len(kinds_))}
+    return {
+        "steps": steps,
+        "edges": edges,
+        "inputs": ["seed"],
+        "outputs": outputs,
+        "source": source,
+    }
 
 
 def new_run(workflow_id: str, *kinds_: str) -> WorkflowRun:
@@ -408,7 +417,7 @@ def test_workflow_states_move_by_their_table() -> None:
 def test_a_step_whose_inputs_cannot_be_built_fails_instead_of_stopping_the_machine() -> None:
     m = WorkflowMachine()
     run = new_run("wf", "classical")
-    run.graph["steps"][0]["producers"] = None  # a corrupt graph
+    run._steps.clear()  # a graph without the step its job record names
     out = adopt(m, run)
     assert ("wf.s0", "failed") in persisted(out) and run.state is WorkflowState.FAILED
     assert isinstance(out[-1], WorkflowFinal) and m.slots["classical"] == 2
