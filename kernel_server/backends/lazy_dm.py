@@ -19,8 +19,8 @@ readout error applied; shots are drawn from it.
 What it takes: unitary gates and delays, then terminal measurements (:func:`plan_lazy` returns
 the reason for anything else: mid-circuit measurement, reset, control flow, unbound parameters).
 
-How it was checked against Aer (tests/test_aer_sim.py): ``test_lazy_engine_is_exact`` compares
-its distribution with Aer's ``density_matrix`` method running the compact ``NoiseModel`` (a
+How it was checked against Aer (tests/backends/test_aer_sim.py): ``test_lazy_engine_is_exact``
+compares its distribution with Aer's ``density_matrix`` method running the compact ``NoiseModel`` (a
 4-qubit random circuit on fake_kolkata; largest difference < 1e-9);
 ``test_compact_noise_matches_from_backend`` checks that noise model channel by channel against
 ``NoiseModel.from_backend``; ``test_aer_methods_agree_with_the_lazy_engine`` and

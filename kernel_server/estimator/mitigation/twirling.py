@@ -6,7 +6,7 @@ Pauli channel. That removes coherent errors' coherent build-up (an over-rotation
 costs ~n^2 theta^2 coherently, ~n theta^2 twirled) and makes noise predictable for ZNE/PEC. It does
 not reduce incoherent noise: on the simulated devices, whose gate noise is depolarizing plus
 thermal relaxation, twirling alone gives no gain (it adds single-qubit gates; see the report in
-tests/test_mitigation.py). The job's shots are split over the variants (no shot overhead).
+tests/estimator/test_mitigation.py). The job's shots are split over the variants (no shot overhead).
 """
 
 from __future__ import annotations

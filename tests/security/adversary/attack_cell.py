@@ -1,5 +1,5 @@
 # ruff: noqa: E402
-"""The cell a hostile second user of a shared orchestrator runs (tests/test_adversary.py).
+"""The cell a hostile second user of a shared orchestrator runs (tests/security/test_adversary.py).
 
 It is submitted as the source of one ``%%qonductor`` cell, so it runs wherever that user's steps
 run, with whatever those processes hold. It knows what its user knows (``ctx``: their own

@@ -8,10 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kernel_server.core.paths import SHARED_DATA_DIR
 from kernel_server.estimator import runtime_training as rt
 from kernel_server.estimator.runtime import FEATURES, TARGET, ModelFileError, RuntimeModel
 
-DATA_DIR = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data").resolve()
+DATA_DIR = SHARED_DATA_DIR  # QONDUCTOR_DATA, or shared/data beside the checkout
 REAL_CSV = DATA_DIR / "ibm_runtime_train.csv"
 
 

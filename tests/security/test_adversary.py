@@ -21,7 +21,7 @@ import pytest
 
 from kernel_server.security import sandbox
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCENARIO = Path(__file__).resolve().parent / "adversary" / "scenario.py"
 # The last commit before isolation (capabilities, per-user sandboxed pools, sealed events, typed
 # messages, QPY circuits).

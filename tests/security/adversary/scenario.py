@@ -1,6 +1,6 @@
 """A shared orchestrator with a victim and an attacker; prints the attacker's report as JSON.
 
-    python tests/adversary/scenario.py HOME [--curve]
+    python tests/security/adversary/scenario.py HOME [--curve]
 
 Run as a script, with whatever ``kernel_server`` and ``qonductor_jupyter`` are importable (the
 tests run it against this checkout and against the commit before the isolation work, with

@@ -14,7 +14,7 @@ from helpers import orchestrator_in, wait_for
 
 from qonductor_jupyter.client import pid_alive
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # Stands in for the orchestrator: the real pools (LocalCompute), one worker each. A spawned worker
 # first imports its parent's main module, as ``__mp_main__``: there this script holds it, like slow

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 from qiskit import QuantumCircuit
@@ -24,6 +23,7 @@ from kernel_server.backends.devices import (
     forget_calibration,
     load_backend,
 )
+from kernel_server.core.paths import SHARED_DATA_DIR
 from kernel_server.estimator.features import (
     FEATURE_COLUMNS,
     LOG_FIDELITY_FLOOR,
@@ -42,7 +42,7 @@ from kernel_server.estimator.templates import (
 
 FALCONS = ("fake_auckland", "fake_hanoi", "fake_kolkata")
 EAGLES = ("fake_brisbane", "fake_kyiv", "fake_sherbrooke")
-RUNTIME_CSV = Path(__file__).resolve().parents[2] / "shared" / "data" / "ibm_runtime_train.csv"
+RUNTIME_CSV = SHARED_DATA_DIR / "ibm_runtime_train.csv"
 
 
 def ghz(num_qubits: int) -> QuantumCircuit:
