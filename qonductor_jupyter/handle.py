@@ -29,6 +29,8 @@ from typing import Any
 
 from kernel_server.core.jobs import FINAL_STATES, FINAL_WORKFLOW_STATES
 
+from . import workflows
+
 # Handles whose results arrived and wait for the main thread (see _on_main_thread).
 _pending: weakref.WeakSet[WorkflowHandle] = weakref.WeakSet()
 _pending_lock = threading.Lock()
@@ -147,10 +149,9 @@ class _Watcher:
             self._subscription = self._subscribed_to = None
 
     def _check(self, workflow_id: str) -> None:
-        from . import api
 
         try:
-            reply = api.final_within(workflow_id, 0.0, client=self._client)
+            reply = workflows.final_within(workflow_id, 0.0, client=self._client)
         except Exception as exc:  # orchestrator gone (the client restarts a dead one): result()
             self._settle(workflow_id, exc)  # says so, and the handle stays
             return
@@ -215,12 +216,13 @@ class WorkflowHandle(futures.Future[Any]):
         """Unpickle the results and set the names: main thread only, once."""
         if not self.done() or self._applied.done() or not _on_main():
             return
-        from . import api
 
         try:
             reply = super().result()
             namespace = self._namespace if self._namespace is not None else {}
-            self._applied.set_result(api.bring_back(self.workflow_id, reply, namespace).values)
+            self._applied.set_result(
+                workflows.bring_back(self.workflow_id, reply, namespace).values
+            )
         except Exception as exc:
             self._applied.set_exception(exc)
         with _pending_lock:
@@ -268,9 +270,8 @@ class WorkflowHandle(futures.Future[Any]):
         reply = self._final_reply()
         if reply is not None:
             return str(reply.state)
-        from . import api
 
-        return api.workflow_status(self.workflow_id)
+        return workflows.workflow_status(self.workflow_id)
 
     def ready(self) -> bool:  # ipyparallel's name
         return self.done()
@@ -282,25 +283,23 @@ class WorkflowHandle(futures.Future[Any]):
         traceback, or ``WorkflowCancelled``; with ``partial`` those two return instead the
         values assigned before the error, as a plain cell would have kept them.
         """
-        from . import api
 
         deadline = None if timeout is None else time.monotonic() + timeout
         reply = self._final(timeout)
         values = self._values(None if deadline is None else max(0.0, deadline - time.monotonic()))
         if not partial:
-            api.raise_final(reply)
+            workflows.raise_final(reply)
         return dict(values)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """What ``result()`` raises once final (None for a done workflow); TimeoutError if not
         final within ``timeout``. Off the main thread the names are not looked at."""
-        from . import api
 
         try:
             reply = self._final(timeout)
             if _on_main():
                 self._values(None)  # setting the names failed: result() raises that
-            api.raise_final(reply)
+            workflows.raise_final(reply)
         except TimeoutError:
             raise
         except Exception as exc:
@@ -314,9 +313,8 @@ class WorkflowHandle(futures.Future[Any]):
     # which is truthy where a bool is expected (asyncio cancels a wrapped handle with it).
     def cancel(self) -> dict[str, Any]:  # type: ignore[override]
         """Cancel the workflow and every child job (queued QPU jobs included)."""
-        from . import api
 
-        return api.cancel(self.workflow_id)
+        return workflows.cancel(self.workflow_id)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the workflow is final; True if it is (on the main thread its names are
@@ -335,12 +333,11 @@ class WorkflowHandle(futures.Future[Any]):
         self, interval: float = 0.5, timeout: float | None = None, stream: Any = None
     ) -> None:
         """Print the workflow's progress on one line until it is final (or ``timeout``)."""
-        from . import api
 
         stream = stream or sys.stdout
         start = time.monotonic()
         while True:
-            info = api.workflow_info(self.workflow_id)
+            info = workflows.workflow_info(self.workflow_id)
             steps = info.steps or []
             done = sum(s["state"] == "done" for s in steps)
             elapsed = time.monotonic() - start

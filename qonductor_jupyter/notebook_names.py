@@ -32,7 +32,6 @@ from typing import Any
 
 from kernel_server.core.cell_functions import NOTEBOOK_MODULES
 
-from . import primitives as _primitives
 from .splitter import (
     PRIMITIVE_MODULES,
     QUANTUM_PRIMITIVES,
@@ -42,7 +41,10 @@ from .splitter import (
     _summarize,
 )
 
-_PRIMITIVE_OBJECTS = {id(_primitives.sample): "sample", id(_primitives.estimate): "estimate"}
+# The importable primitives (``from qonductor_jupyter import sample``), known by where they are
+# defined: importing them here would make the module that runs them import this one back.
+_PRIMITIVES_MODULE = "qonductor_jupyter.primitives"
+_PRIMITIVE_NAMES = frozenset({"sample", "estimate"})
 _LIBRARY_DIRS = tuple(
     {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
 )
@@ -54,7 +56,11 @@ _MAX_FUNCTIONS = 200  # a bound on the walk through other modules' code
 
 
 def _is_primitive(value: Any) -> bool:
-    return id(value) in _PRIMITIVE_OBJECTS
+    return (
+        callable(value)
+        and getattr(value, "__module__", None) == _PRIMITIVES_MODULE
+        and getattr(value, "__qualname__", None) in _PRIMITIVE_NAMES
+    )
 
 
 def _is_primitive_module(value: Any) -> bool:

@@ -8,16 +8,13 @@ calibration snapshot a short id that caches (noise models, transpilers, estimate
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import threading
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from qiskit.circuit import (
     CONTROL_FLOW_OP_NAMES,
     ForLoopOp,
-    Gate,
     IfElseOp,
     SwitchCaseOp,
     WhileLoopOp,
@@ -25,6 +22,29 @@ from qiskit.circuit import (
 from qiskit.providers import BackendV2
 from qiskit_ibm_runtime import fake_provider
 from qiskit_ibm_runtime.fake_provider.fake_backend import FakeBackendV2
+
+from kernel_server.backends.catalogue import (
+    DeviceInfo,
+    basis_gates_of,
+    calibrated_at,
+    calibration_id,
+    family_of,
+    fidelity_score,
+    forget_calibration,
+)
+
+__all__ = [
+    "DEFAULT_FLEET",
+    "DeviceInfo",
+    "SMALL_FLEET",
+    "available_backends",
+    "basis_gates_of",
+    "calibration_id",
+    "device_info",
+    "family_of",
+    "forget_calibration",
+    "load_backend",
+]
 
 # Three processor families, so that template QPUs (one per family) have members to average over.
 # Left out on purpose: fake_cairo cannot be transpiled at any level (a cx direction error) and
@@ -62,15 +82,9 @@ CONTROL_FLOW: dict[str, type] = {
     "switch_case": SwitchCaseOp,
 }
 
-# Fallback when a backend carries no processor_type: the qubit counts of IBM's processor families.
-_FAMILY_BY_WIDTH: dict[int, str] = {27: "Falcon", 127: "Eagle", 133: "Heron", 156: "Heron"}
-
 _lock = threading.Lock()
 _classes: dict[str, type[FakeBackendV2]] | None = None
 _backends: dict[str, BackendV2] = {}
-# id(target) -> (target, calibration id). The target is held so that its id cannot be reused by
-# another object while the entry lives.
-_calibration_ids: dict[int, tuple[Any, str]] = {}
 
 
 def _normalize(name: str) -> str:
@@ -156,101 +170,10 @@ def compile_key(backend: BackendV2) -> tuple[str, tuple[str, ...]]:
 
 def _ibm_backend(name: str) -> BackendV2 | None:
     """A real IBM backend, for a fleet with IBM QPUs (estimates transpile against its target)."""
-    from kernel_server.backends.ibm import ibm_account
+    from kernel_server.backends.account import ibm_account
 
     account = ibm_account()
     return None if account is None else account.service().backend(name)
-
-
-def family_of(backend: BackendV2) -> str:
-    """The processor family ("Falcon", "Eagle", "Heron", ...) of a backend.
-
-    IBM's configuration says it (``processor_type["family"]``); backends without one fall back to
-    the family that has their qubit count, else to a width label such as "20q".
-    """
-    configuration = getattr(backend, "configuration", None)
-    if callable(configuration):
-        try:
-            processor_type = getattr(configuration(), "processor_type", None)
-        except Exception:  # noqa: BLE001 - a backend without configuration: use the fallback
-            processor_type = None
-        if isinstance(processor_type, dict) and processor_type.get("family"):
-            return str(processor_type["family"])
-    width = int(backend.num_qubits)
-    return _FAMILY_BY_WIDTH.get(width, f"{width}q")
-
-
-def _target_digest(target: Any) -> str:
-    """Hash every number the noise depends on: gate/measure errors and durations, T1, T2."""
-    digest = hashlib.sha1(usedforsecurity=False)
-    for op_name in sorted(target.operation_names):
-        props = target[op_name]
-        if props is None:  # global (control-flow) operations carry no calibration
-            continue
-        for qargs, prop in sorted(props.items(), key=lambda kv: kv[0] or ()):
-            if prop is not None:
-                digest.update(repr((op_name, qargs, prop.error, prop.duration)).encode())
-    for qprops in target.qubit_properties or ():
-        values = None if qprops is None else (qprops.t1, qprops.t2, qprops.frequency)
-        digest.update(repr(values).encode())
-    return digest.hexdigest()
-
-
-def calibration_id(backend: BackendV2) -> str:
-    """A short stable id of the backend's calibration snapshot, e.g. "fake_sherbrooke@3f9c2a1b0d4e".
-
-    Derived from the target's numbers rather than a timestamp: many fake backends share one
-    last_update_date, and two different snapshots must never share a cache entry. Cached per
-    target object (2-3 ms to hash a 156-qubit device); after mutating a target in place, call
-    :func:`forget_calibration`.
-    """
-    target = backend.target
-    with _lock:
-        cached = _calibration_ids.get(id(target))
-        if cached is not None and cached[0] is target:
-            return cached[1]
-    value = f"{backend.name}@{_target_digest(target)[:12]}"
-    with _lock:
-        _calibration_ids[id(target)] = (target, value)
-    return value
-
-
-def forget_calibration(backend: BackendV2) -> None:
-    """Drop the cached calibration id of a backend whose target was changed in place."""
-    with _lock:
-        _calibration_ids.pop(id(backend.target), None)
-
-
-def basis_gates_of(backend: BackendV2) -> tuple[str, ...]:
-    """The gates of the target (no measure, reset, delay or control flow), sorted."""
-    target = backend.target
-    return tuple(
-        sorted(
-            name
-            for name in target.operation_names
-            if isinstance(target.operation_from_name(name), Gate)
-        )
-    )
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    """What the orchestrator needs to know about a device, without holding the backend."""
-
-    name: str
-    num_qubits: int
-    family: str
-    calibration_id: str
-    basis_gates: tuple[str, ...]
-    calibrated_at: float | None = None  # epoch seconds of the calibration snapshot, if known
-    # Error product of a 5-qubit GHZ (4 two-qubit gates, 5 readouts) on the median coupler and
-    # readout: one number to compare QPUs at a glance, not an estimate for any job.
-    fidelity_score: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["basis_gates"] = list(self.basis_gates)  # msgpack/JSON have no tuples
-        return data
 
 
 def device_info(name: str) -> DeviceInfo:
@@ -262,34 +185,6 @@ def device_info(name: str) -> DeviceInfo:
         family=family_of(backend),
         calibration_id=calibration_id(backend),
         basis_gates=basis_gates_of(backend),
-        calibrated_at=_calibrated_at(backend),
-        fidelity_score=_fidelity_score(backend),
+        calibrated_at=calibrated_at(backend),
+        fidelity_score=fidelity_score(backend),
     )
-
-
-def _calibrated_at(backend: BackendV2) -> float | None:
-    try:
-        props = backend.properties()
-    except Exception:  # backends without BackendProperties
-        return None
-    stamp = getattr(props, "last_update_date", None)
-    return stamp.timestamp() if stamp is not None else None
-
-
-def _fidelity_score(backend: BackendV2) -> float | None:
-    import numpy as np
-
-    target = backend.target
-    two, readout = [], []
-    for name in target.operation_names:
-        props = target[name]
-        for qargs, prop in (props or {}).items():
-            if prop is None or prop.error is None or qargs is None:
-                continue
-            if name == "measure":
-                readout.append(prop.error)
-            elif len(qargs) == 2:
-                two.append(prop.error)
-    if not two or not readout:
-        return None
-    return float((1 - np.median(two)) ** 4 * (1 - np.median(readout)) ** 5)

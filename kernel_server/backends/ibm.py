@@ -11,110 +11,23 @@ messages. Importing this module is cheap; qiskit and qiskit-ibm-runtime load on 
 from __future__ import annotations
 
 import logging
-import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+from kernel_server.backends.account import NO_ACCOUNT_MESSAGE, NoIBMAccountError, ibm_account
 
 if TYPE_CHECKING:
     from qiskit import QuantumCircuit
     from qiskit.providers import BackendV2
-    from qiskit_ibm_runtime import QiskitRuntimeService
 
 logger = logging.getLogger(__name__)
 
+
 ExecutionMode = Literal["job", "batch"]
 EXECUTION_MODES: tuple[str, ...] = ("job", "batch")
-
-# The channels an account may use in qiskit-ibm-runtime 0.51 (accounts.Account.create_account);
-# the legacy "ibm_quantum" channel is gone and "local" is local testing mode, not an account.
-CHANNELS: tuple[str, ...] = ("ibm_quantum_platform", "ibm_cloud")
-DEFAULT_CHANNEL = "ibm_quantum_platform"
-
-# Where QiskitRuntimeService.save_account() writes. saved_accounts() creates an empty file there
-# when none exists, so it is only asked once the file is present.
-ACCOUNTS_FILE = Path.home() / ".qiskit" / "qiskit-ibm.json"
-# The names save_account() gives default accounts, tried before any other saved account.
-_DEFAULT_ACCOUNT_NAMES = ("default-ibm-quantum-platform", "default-ibm-cloud", "default")
-
-NO_ACCOUNT_MESSAGE = (
-    "no IBM Quantum account: set QISKIT_IBM_TOKEN or save one with "
-    "QiskitRuntimeService.save_account(...)"
-)
-
-
-class NoIBMAccountError(RuntimeError):
-    """Real IBM devices were asked for, and no account is configured."""
-
-
-# --- account -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class IBMAccount:
-    """Where the IBM Quantum credentials come from. Building it makes no network call."""
-
-    source: str  # "env" or "saved:<name>"
-    channel: str
-    instance: str | None = None
-    # Only set for "env": a saved account is loaded by name, so its token stays in the file.
-    token: str | None = field(default=None, repr=False)
-
-    def service_kwargs(self) -> dict[str, Any]:
-        """What QiskitRuntimeService is built from: a saved account by name (its token stays in
-        the file), or the environment's channel, token and instance."""
-        if self.source.startswith("saved:"):
-            return {"name": self.source.removeprefix("saved:"), "filename": str(ACCOUNTS_FILE)}
-        return {"channel": self.channel, "token": self.token, "instance": self.instance}
-
-    def service(self) -> QiskitRuntimeService:
-        """Connect to IBM Quantum (the first network call)."""
-        from qiskit_ibm_runtime import QiskitRuntimeService
-
-        return QiskitRuntimeService(**self.service_kwargs())
-
-
-def ibm_account() -> IBMAccount | None:
-    """The account from the environment (``QISKIT_IBM_TOKEN``, ``QISKIT_IBM_CHANNEL``,
-    ``QISKIT_IBM_INSTANCE``), else a saved one, else None."""
-    token = os.environ.get("QISKIT_IBM_TOKEN")
-    if token:
-        channel = os.environ.get("QISKIT_IBM_CHANNEL") or DEFAULT_CHANNEL
-        if channel not in CHANNELS:
-            raise ValueError(
-                f"QISKIT_IBM_CHANNEL={channel!r} is not an IBM Quantum channel; "
-                f"use one of {', '.join(CHANNELS)} (local testing mode needs no account)"
-            )
-        instance = os.environ.get("QISKIT_IBM_INSTANCE") or None
-        return IBMAccount(source="env", channel=channel, instance=instance, token=token)
-    return _saved_account()
-
-
-def _saved_account() -> IBMAccount | None:
-    if not ACCOUNTS_FILE.is_file():
-        return None
-    from qiskit_ibm_runtime import QiskitRuntimeService
-
-    try:
-        saved = QiskitRuntimeService.saved_accounts(filename=str(ACCOUNTS_FILE))
-    except Exception as exc:  # a malformed file: report its kind only, it holds tokens
-        logger.warning("IBM Quantum account file unreadable (%s)", type(exc).__name__)
-        return None
-    names = [n for n in _DEFAULT_ACCOUNT_NAMES if n in saved]
-    names += sorted(n for n in saved if n not in _DEFAULT_ACCOUNT_NAMES)
-    for name in names:
-        channel = saved[name].get("channel")
-        if channel in CHANNELS:
-            return IBMAccount(
-                source=f"saved:{name}", channel=channel, instance=saved[name].get("instance")
-            )
-    return None
-
-
-# --- one device ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -189,7 +102,7 @@ class IBMDevice:
                 f"execution_mode must be one of {', '.join(EXECUTION_MODES)}, "
                 f"got {execution_mode!r}"
             )
-        from kernel_server.backends.devices import _calibrated_at, calibration_id
+        from kernel_server.backends.catalogue import calibrated_at, calibration_id
 
         self.backend = backend
         self.name: str = backend.name
@@ -198,18 +111,18 @@ class IBMDevice:
         # The calibration the orchestrator was told about; it moves only in refresh_calibration(),
         # so a target changed in place shows up as a change there.
         self.calibration_id: str = calibration_id(backend)
-        self.calibrated_at: float | None = _calibrated_at(backend)
+        self.calibrated_at: float | None = calibrated_at(backend)
 
     def __repr__(self) -> str:
         where = "local testing" if self.local_testing else "IBM Quantum"
         return f"IBMDevice({self.name!r}, {self.execution_mode}, {where})"
 
     def info(self) -> dict[str, Any]:
-        from kernel_server.backends.devices import (
+        from kernel_server.backends.catalogue import (
             DeviceInfo,
-            _fidelity_score,
             basis_gates_of,
             family_of,
+            fidelity_score,
         )
 
         info = DeviceInfo(
@@ -219,7 +132,7 @@ class IBMDevice:
             calibration_id=self.calibration_id,
             basis_gates=basis_gates_of(self.backend),
             calibrated_at=self.calibrated_at,
-            fidelity_score=_fidelity_score(self.backend),
+            fidelity_score=fidelity_score(self.backend),
         )
         return {**info.to_dict(), "kind": "ibm", "local_testing": self.local_testing}
 
@@ -246,8 +159,8 @@ class IBMDevice:
 
     def refresh_calibration(self) -> CalibrationUpdate:
         """Re-read the calibration; ``changed`` when its numbers differ from the last known."""
-        from kernel_server.backends.devices import (
-            _calibrated_at,
+        from kernel_server.backends.catalogue import (
+            calibrated_at,
             calibration_id,
             forget_calibration,
         )
@@ -262,7 +175,7 @@ class IBMDevice:
         # A fake backend has no newer snapshot to fetch: FakeBackendV2.refresh(service) downloads
         # the real device's files and overwrites the installed package's, not what is wanted here.
         self.calibration_id = calibration_id(self.backend)
-        self.calibrated_at = _calibrated_at(self.backend)
+        self.calibrated_at = calibrated_at(self.backend)
         return CalibrationUpdate(
             self.calibration_id, self.calibrated_at, self.calibration_id != previous
         )

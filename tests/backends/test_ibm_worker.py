@@ -14,7 +14,7 @@ from qiskit.transpiler import InstructionProperties, generate_preset_pass_manage
 from qiskit_ibm_runtime.fake_provider import FakeLimaV2, FakeManilaV2
 from qiskit_ibm_runtime.models import BackendStatus
 
-from kernel_server.backends import ibm
+from kernel_server.backends import account as account_module
 from kernel_server.backends.devices import DeviceInfo
 from kernel_server.backends.ibm import (
     DeviceChange,
@@ -282,7 +282,7 @@ def test_env_channel_is_checked(no_env_account, monkeypatch):
 
 def test_no_account_without_env_or_saved_accounts(no_env_account, monkeypatch, tmp_path):
     accounts = tmp_path / "qiskit-ibm.json"
-    monkeypatch.setattr(ibm, "ACCOUNTS_FILE", accounts)
+    monkeypatch.setattr(account_module, "ACCOUNTS_FILE", accounts)
     assert ibm_account() is None
     assert not accounts.exists()  # saved_accounts() would have created it
     accounts.write_text("{}")
@@ -293,7 +293,7 @@ def test_saved_account_is_found_and_loaded_by_name(no_env_account, monkeypatch, 
     from qiskit_ibm_runtime import QiskitRuntimeService
 
     accounts = tmp_path / "qiskit-ibm.json"
-    monkeypatch.setattr(ibm, "ACCOUNTS_FILE", accounts)
+    monkeypatch.setattr(account_module, "ACCOUNTS_FILE", accounts)
     # A real account file, written by qiskit-ibm-runtime itself (no network).
     QiskitRuntimeService.save_account(
         token=TOKEN, channel="ibm_cloud", instance="crn:v1:work", name="work",
@@ -329,7 +329,7 @@ def test_load_in_local_testing_mode():
 
 
 def test_load_real_devices_needs_an_account(no_env_account, monkeypatch, tmp_path):
-    monkeypatch.setattr(ibm, "ACCOUNTS_FILE", tmp_path / "absent.json")
+    monkeypatch.setattr(account_module, "ACCOUNTS_FILE", tmp_path / "absent.json")
     with pytest.raises(NoIBMAccountError, match="QISKIT_IBM_TOKEN") as info:
         load_ibm_devices(["ibm_fez"], local_testing=False)
     assert "no IBM Quantum account" in str(info.value)
