@@ -229,7 +229,7 @@ def _submit(
 
 def _count_calls(data: dict[str, Any], cell: CellSplit, values: dict[str, Any]) -> None:
     """Give each hybrid step the number of QPU calls its text shows (the orchestrator weighs
-    its plan over all of them: scheduler.plan_choice)."""
+    its plan over all of them: core.plans)."""
     hybrid = [step for step in data["steps"] if step["kind"] == "hybrid"]
     if not hybrid:
         return

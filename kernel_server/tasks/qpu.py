@@ -1,7 +1,7 @@
 """Tasks the orchestrator runs in its QPU worker processes: estimate a job per device, execute it.
 
 Module-level functions with plain arguments, because they cross a process boundary. A step's
-circuits arrive as QPY (``circuit_identity.dump_circuits``: data, never code, since these processes
+circuits arrive as QPY (``wire.circuits.dump_circuits``: data, never code, since these processes
 serve every user); what these processes make themselves (transpiled circuits, counts) travels as
 cloudpickle. The heavy imports (qiskit, Aer, the fake provider) stay in these processes.
 """

@@ -74,7 +74,7 @@ def load_circuits(blob: bytes) -> list[Any]:
     from qiskit import qpy
 
     if not blob.startswith(b"QISKIT"):
-        raise CircuitFormatError("circuits must be sent as QPY (workers.circuit_identity)")
+        raise CircuitFormatError("circuits must be sent as QPY (kernel_server.wire.circuits)")
     try:
         circuits = qpy.load(io.BytesIO(blob))
     except Exception as exc:  # a truncated or forged document
