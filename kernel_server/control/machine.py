@@ -89,8 +89,6 @@ class LiveWorkflow:
     sessions: dict[int, str] = field(default_factory=dict)
     # QPU job id -> the worker waiting for its counts.
     callers: dict[str, Caller] = field(default_factory=dict)
-    # QPU job id -> its index among its step's QPU jobs (seeds derive from it).
-    qpu_index: dict[str, int] = field(default_factory=dict)
 
     def step(self, step_id: int) -> Step:
         return self.run.step(step_id)
@@ -307,7 +305,6 @@ class WorkflowMachine:
         )
         run.qpu_jobs[job.id] = job
         live.callers[job.id] = ev.caller
-        live.qpu_index[job.id] = index
         self.qpu_jobs[job.id] = (live, job)
         return [Persist(job, publish=False), StartQpuJob(job, index)]
 

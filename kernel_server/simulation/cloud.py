@@ -384,38 +384,13 @@ class CloudSimulation:
 
 
 def simulate(
-    workload: Workload,
-    policy: str,
-    preference: Any = "balanced",
-    seed: int = 1,
-    background: Sequence[tuple[float, int, float]] = (),
-    calibrations: Sequence[tuple[float, int]] = (),
-    reservations: Sequence[Reservation] = (),
-    triggers: Triggers = CLOUD_TRIGGERS,
-    drift_sigma: float | None = None,
-    nsga2_options: dict[str, Any] | None = None,
-    jct_model: str = "fifo",
-    balance: float | None = DEFAULT_BALANCE,
-    gather_s: float = ONLINE_GATHER_S,
-    online_balance: float | None = None,
+    workload: Workload, policy: str, preference: Any = "balanced", **options: Any
 ) -> SimulationResult:
-    """Run one policy over the workload; deterministic for a seed (except wall times)."""
-    return CloudSimulation(
-        workload,
-        policy,
-        preference,
-        seed,
-        background,
-        calibrations,
-        reservations,
-        triggers,
-        drift_sigma,
-        nsga2_options,
-        jct_model,
-        balance,
-        gather_s,
-        online_balance,
-    ).run()
+    """Run one policy over the workload; deterministic for a seed (except wall times).
+
+    ``options`` are :class:`CloudSimulation`'s (seed, background, calibrations, reservations,
+    triggers, ...), passed on as they are."""
+    return CloudSimulation(workload, policy, preference, **options).run()
 
 
 def _fidelity_at(
