@@ -1,13 +1,17 @@
-"""Shipped runtime model vs a degree-2 polynomial, on the same grouped hold-out folds.
+"""Shipped runtime model vs its baselines (physics, degree-2 polynomial) on the same grouped folds.
 
     python benchmarks/runtime_model.py [--seed 0] [--folds 5]
 
 Reads the real IBM runtimes from ``../shared/data/ibm_runtime_train.csv`` (beside the repo; not
 shipped) and skips with exit code 0 where that folder is absent. Folds group identical feature
 vectors (reruns of one job), so no held-out job has a rerun in training; ungrouped folds would
-score a job on its own reruns. Both contenders are refitted on each fold's training part: the
+score a job on its own reruns. Every contender is refitted on each fold's training part: the
 shipped file itself has seen every row, so scoring it here would leak. With the default seed the
 model's numbers equal the CV scores recorded in the shipped file (checked below).
+
+The physical baseline is ``runtime_training.fit_physical_baseline``: overhead + per-circuit load +
+shots x (circuits x repetition time + summed depth x layer time), four non-negative coefficients
+fitted by least absolute deviation. It shows how much the forests add beyond the physics.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from kernel_server.core.paths import SHARED_DATA_DIR  # noqa: E402
 from kernel_server.estimator import runtime_training as rt  # noqa: E402
 
 DATA = SHARED_DATA_DIR / "ibm_runtime_train.csv"  # QONDUCTOR_DATA, or ../shared/data
+TARGET_WITHIN = 0.55
+TARGET_R2 = 0.98
 
 
 def fit_poly2(train: pd.DataFrame):
@@ -40,8 +46,23 @@ def fit_poly2(train: pd.DataFrame):
     return lambda frame: model.predict(frame[list(rt.FEATURES)].to_numpy(float))
 
 
+def fit_physics(train: pd.DataFrame):
+    """The physical formula alone, fitted robustly (least absolute deviation) on the fold."""
+    coefficients = rt.fit_physical_baseline(train)
+    return lambda frame: rt.physical_predict(coefficients, frame)
+
+
+def describe_physics(frame: pd.DataFrame) -> str:
+    c = rt.fit_physical_baseline(frame)
+    return (
+        f"physics fitted on all rows: {c['overhead_s']:.2f} s + {c['per_circuit_s'] * 1e3:.1f} ms"
+        f" per circuit + shots x (circuits x {c['per_circuit_shot_s'] * 1e6:.0f} us"
+        f" + summed depth x {c['per_layer_shot_s'] * 1e6:.2f} us)"
+    )
+
+
 def compare(seed: int = 0, folds: int = rt.CV_FOLDS, out=print) -> dict | None:
-    """Both contenders on the same grouped folds; None when the data is absent."""
+    """All contenders on the same grouped folds; None when the data is absent."""
     if not DATA.is_file():
         out(f"skipped: real IBM runtime data not found at {DATA} (it is not in the repo)")
         return None
@@ -49,10 +70,11 @@ def compare(seed: int = 0, folds: int = rt.CV_FOLDS, out=print) -> dict | None:
     n_groups = int(rt.feature_groups(frame).max()) + 1
     out(
         f"{len(frame)} IBM jobs, {n_groups} distinct feature vectors; GroupKFold({folds}) "
-        f"over feature vectors, seed {seed}; both refitted per fold\n"
+        f"over feature vectors, seed {seed}; every contender refitted per fold\n"
     )
     contenders = {
         "shipped model (recipe)": lambda train: rt.fit_runtime_model(train, seed=seed).predict,
+        "physical baseline (LAD)": fit_physics,
         "degree-2 polynomial": fit_poly2,
     }
     header = (
@@ -71,6 +93,7 @@ def compare(seed: int = 0, folds: int = rt.CV_FOLDS, out=print) -> dict | None:
             f"{cv['single_circuit_within_0_5s']:>10.1%}/{cv['multi_circuit_within_0_5s']:<10.1%}"
             f"{time.perf_counter() - start:5.1f}s"
         )
+    out(f"\n{describe_physics(frame)}")
     return results
 
 
@@ -82,9 +105,15 @@ def main() -> int:
     results = compare(args.seed, args.folds)
     if results is None:
         return 0
-    folds = [f["within_0_5s"] for f in results["shipped model (recipe)"]["folds"]]
-    print(f"\nshipped model, <=0.5 s per fold: {', '.join(f'{v:.1%}' for v in folds)}")
-    print("targets: <=0.5 s >= 40% and R^2 >= 0.98 (pooled over the held-out folds)")
+    model = results["shipped model (recipe)"]
+    folds = [f["within_0_5s"] for f in model["folds"]]
+    print(f"shipped model, <=0.5 s per fold: {', '.join(f'{v:.1%}' for v in folds)}")
+    met = model["within_0_5s"] >= TARGET_WITHIN and model["r2"] >= TARGET_R2
+    print(
+        f"targets: <=0.5 s >= {TARGET_WITHIN:.0%} and R^2 >= {TARGET_R2} (pooled over the "
+        f"held-out folds): {'met' if met else 'NOT met'} ({model['within_0_5s']:.1%}, "
+        f"R^2 {model['r2']:.4f})"
+    )
 
     try:
         recorded = rt.RuntimeModel.load().cv_scores
