@@ -10,23 +10,17 @@ fast path here:
 2. builds the device noise for those qubits only, the same channels ``NoiseModel.from_backend``
    builds (depolarizing composed with thermal relaxation per gate, readout error per measurement),
    cached per (backend, calibration id, physical qubits);
-3. runs it with the cheapest exact method for the circuit:
+3. runs it with the method the cost model prices cheapest for this circuit on this machine
+   (:mod:`kernel_server.backends.methods`: the numpy lazy density matrix of
+   :mod:`kernel_server.backends.lazy_dm`, Aer's density matrix, Aer's per-shot trajectories,
+   statevector or MPS trajectories that give several shots each
+   (:mod:`kernel_server.backends.trajectories`), or the stabilizer method where it is exact).
+   Dynamic circuits (feed-forward) run with the noise as Kraus channels
+   (``CompactNoise.kraus_noise_model``), so Aer does not draw a new noisy circuit per shot.
 
-   * ``lazy_density_matrix``: the density matrix evolved once (no per-shot trajectories), in
-     numpy, with qubits entering the state only at their first multi-qubit gate and leaving it
-     (collapsed to their measurement-basis diagonal, or traced out) right after their last gate.
-     Its size is 4^(qubits in flight) x 2^(qubits done), not 4^k: a GHZ ladder never holds more
-     than a few qubits in flight. Shots are then drawn from the final distribution.
-   * ``density_matrix``: Aer's density matrix on all k qubits, for circuits the engine above does
-     not take (mid-circuit measurement, reset, control flow) or where it would be slower.
-   * ``statevector``: Aer's noisy trajectories, beyond the density matrix's width and whenever
-     Aer could not sample all shots from one evolution (mid-circuit measurement, control flow).
-     Dynamic circuits (feed-forward) run with the noise as Kraus channels
-     (``CompactNoise.kraus_noise_model``), so Aer does not draw a new noisy circuit per shot.
-
-All three simulate the same noise model; none approximates it. The noise lives in
-:mod:`kernel_server.backends.noise`, the numpy engine in :mod:`kernel_server.backends.lazy_dm`; this
-module compacts circuits, chooses the method, runs it, and holds the reference and ideal paths.
+All methods simulate the same noise model; none approximates it. The noise lives in
+:mod:`kernel_server.backends.noise`; this module compacts circuits, runs the chosen method, and
+holds the reference and ideal paths.
 """
 
 from __future__ import annotations
@@ -34,25 +28,32 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from qiskit import QuantumCircuit, QuantumRegister
-from qiskit.circuit import ControlFlowOp, Delay, Measure
+from qiskit.circuit import Delay, Measure
 from qiskit.providers import BackendV2
 from qiskit.quantum_info import Statevector, hellinger_fidelity
 from qiskit.result.postprocess import format_counts_memory
 from qiskit_aer import AerSimulator
 from qiskit_aer.noise.passes import RelaxationNoisePass
 
+from kernel_server.backends.cost_model import machine_rates
 from kernel_server.backends.devices import calibration_id
-from kernel_server.backends.dynamic import costliest_path, has_control_flow
+from kernel_server.backends.dynamic import has_control_flow
 from kernel_server.backends.lazy_dm import (
     LazyProgram,
     format_probabilities,
     plan_lazy,
     run_lazy,
     sample_counts,
+)
+from kernel_server.backends.methods import (
+    AER_DENSITY_MATRIX_MAX_QUBITS,
+    LAZY_MAX_ENTRIES,
+    METHODS,
+    NoisyRunPlan,
+    plan_methods,
 )
 from kernel_server.backends.noise import (
     CacheInfo,
@@ -63,6 +64,7 @@ from kernel_server.backends.noise import (
     compact_noise,
     noise_cache_info,
 )
+from kernel_server.backends.trajectories import TRAJECTORY_METHODS, run_trajectories
 
 __all__ = [
     # noise of the active qubits (kernel_server.backends.noise), re-exported
@@ -91,25 +93,6 @@ __all__ = [
     "run_noisy_detailed",
     "run_reference",
 ]
-
-METHODS = ("auto", "lazy_density_matrix", "density_matrix", "statevector")
-
-# Widest circuit Aer's density matrix takes: at 12 qubits it holds 2^24 entries (256 MB in double)
-# and costs ~0.17 s per two-qubit gate on 2 cores; at 13 that is 1 GB and ~0.7 s per gate, and
-# noisy statevector trajectories win.
-AER_DENSITY_MATRIX_MAX_QUBITS = 12
-# Largest state (complex entries) the numpy engine may hold: 4^12, the same memory as Aer's.
-LAZY_MAX_ENTRIES = 4**12
-# Throughputs measured on this 2-core machine (complex multiply-adds per second), used only to
-# choose a method. On 8-12 qubit circuits the numpy engine was 4-100x faster than Aer's density
-# matrix even when every qubit is in flight (12 qubits, 44 cx: 3.8 s against 11.8 s).
-_LAZY_CMA_PER_S = 1.0e9
-_LAZY_OP_S = 2e-5  # Python cost per operation of the numpy engine
-_AER_DM_CMA_PER_S = 0.8e9
-_AER_SV_CMA_PER_S = 1.0e9
-# Fixed cost of one Aer call on the compact circuit (noise model hand-over, result parsing).
-_AER_CALL_S = 0.04
-
 
 # --------------------------------------------------------------------------------------------
 # Compaction
@@ -164,81 +147,23 @@ def compact_circuit(transpiled: QuantumCircuit) -> CompactCircuit:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class NoisyRunPlan:
-    """How :func:`run_noisy` will simulate one circuit, and why."""
+def plan_noisy_run(
+    transpiled: QuantumCircuit,
+    shots: int,
+    method: str = "auto",
+    backend: BackendV2 | None = None,
+) -> NoisyRunPlan:
+    """The method :func:`run_noisy` would use for ``transpiled``, with the cost estimates.
 
-    method: str
-    physical_qubits: tuple[int, ...]
-    estimated_seconds: dict[str, float]
-    lazy_unsupported: str | None  # why the numpy engine cannot take the circuit, if it cannot
-
-
-def _samples_once(circuit: QuantumCircuit) -> bool:
-    """Whether Aer can evolve the circuit once and sample every shot from the result.
-
-    Not so with a measurement followed by more work on its qubit, or with control flow: Aer's
-    density matrix then runs shot by shot (7 qubits, 1000 shots: 2.1 s against 0.07 s for
-    trajectories; 11 qubits did not finish in 15 minutes).
+    Without ``backend`` the stabilizer method is not considered (its exactness depends on the
+    device's T1/T2).
     """
-    measured: set[Any] = set()
-    for instruction in circuit.data:
-        operation = instruction.operation
-        if isinstance(operation, ControlFlowOp):
-            return False
-        if operation.name == "barrier":
-            continue
-        if isinstance(operation, Measure):
-            measured.update(instruction.qubits)
-        elif measured.intersection(instruction.qubits):
-            return False
-    return True
+    compact = compact_circuit(transpiled)
+    noise = None if backend is None else compact_noise(backend, compact.physical_qubits)
+    return plan_methods(compact.circuit, noise, compact.physical_qubits, shots, method)[0]
 
 
-def _aer_estimates(circuit: QuantumCircuit, shots: int) -> dict[str, float]:
-    k = circuit.num_qubits
-    # Control flow costs its heaviest branch, a for_loop its body times its iterations.
-    path = costliest_path(circuit)
-    gates = [ci for ci in path.data if ci.operation.name not in ("barrier", "measure", "delay")]
-    multi = sum(1 for ci in gates if len(ci.qubits) > 1)
-    estimates: dict[str, float] = {}
-    if k <= AER_DENSITY_MATRIX_MAX_QUBITS:
-        # Aer fuses each multi-qubit gate with its neighbours into one 2-qubit superop (16 CMA
-        # per density-matrix entry); single-qubit-only circuits still cost one pass per qubit.
-        passes = max(multi, 1) + (k if multi == 0 else 0)
-        evolution = passes * 16 * 4**k / _AER_DM_CMA_PER_S
-        runs = 1 if _samples_once(circuit) else shots
-        estimates["density_matrix"] = _AER_CALL_S + runs * evolution
-    # Noisy trajectories: every gate and its error per shot over 2^k amplitudes.
-    estimates["statevector"] = _AER_CALL_S + shots * 3 * len(gates) * 2**k / _AER_SV_CMA_PER_S
-    return estimates
-
-
-def _plan(compact: CompactCircuit, shots: int, method: str) -> tuple[NoisyRunPlan, Any]:
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    circuit = compact.circuit
-    program = plan_lazy(circuit)
-    estimates = _aer_estimates(circuit, shots)
-    unsupported = program if isinstance(program, str) else None
-    if isinstance(program, LazyProgram):
-        if program.peak_entries <= LAZY_MAX_ENTRIES:
-            estimates["lazy_density_matrix"] = (
-                program.cost_cma / _LAZY_CMA_PER_S + len(program.ops) * _LAZY_OP_S + 1e-3
-            )
-        else:
-            unsupported = f"peak state of {program.peak_entries} entries"
-    if method == "auto":
-        method = min(estimates, key=estimates.__getitem__)
-    elif method == "lazy_density_matrix" and unsupported is not None:
-        raise ValueError(f"lazy_density_matrix cannot run this circuit: {unsupported}")
-    plan = NoisyRunPlan(method, compact.physical_qubits, estimates, unsupported)
-    return plan, program
-
-
-def plan_noisy_run(transpiled: QuantumCircuit, shots: int, method: str = "auto") -> NoisyRunPlan:
-    """The method :func:`run_noisy` would use for ``transpiled``, with the cost estimates."""
-    return _plan(compact_circuit(transpiled), shots, method)[0]
+_GPU_METHODS = ("statevector", "density_matrix")
 
 
 def _aer_simulator(noise: CompactNoise, method: str, kraus: bool = False) -> AerSimulator:
@@ -248,7 +173,12 @@ def _aer_simulator(noise: CompactNoise, method: str, kraus: bool = False) -> Aer
     simulator = noise.simulators.get(key)
     if simulator is None:
         model = noise.kraus_noise_model if kraus else noise.noise_model
-        simulator = AerSimulator(method=method, noise_model=model, precision="double")
+        # qiskit-aer-gpu, where a GPU is present, runs the statevector and density-matrix
+        # methods on it (the cost model measured them there too: calibration uses this device).
+        device = "GPU" if machine_rates().gpu and method in _GPU_METHODS else "CPU"
+        simulator = AerSimulator(
+            method=method, noise_model=model, precision="double", device=device
+        )
         noise.simulators[key] = simulator
     return simulator
 
@@ -295,6 +225,7 @@ class NoisyRun:
     method: str
     physical_qubits: tuple[int, ...]
     seconds: float
+    trajectories: int | None = None  # noisy trajectories drawn, for the reuse methods
 
 
 def run_noisy_detailed(
@@ -309,14 +240,22 @@ def run_noisy_detailed(
     _check_shots(shots)
     start = time.perf_counter()
     compact = compact_circuit(transpiled)
-    plan, program = _plan(compact, shots, method)
     noise = compact_noise(backend, compact.physical_qubits)
+    plan, program = plan_methods(compact.circuit, noise, compact.physical_qubits, shots, method)
+    trajectories = None
     if plan.method == "lazy_density_matrix":
+        assert isinstance(program, LazyProgram)
         probabilities, clbits = run_lazy(program, noise)
         counts = sample_counts(probabilities, clbits, program, shots, seed)
+    elif plan.method in TRAJECTORY_METHODS:
+        assert isinstance(program, LazyProgram)
+        simulator = _aer_simulator(noise, TRAJECTORY_METHODS[plan.method])
+        run = run_trajectories(program, noise, shots, seed, plan.method, simulator)
+        counts, trajectories = run.counts, run.trajectories
     else:
         counts = _run_aer(compact.circuit, noise, plan.method, shots, seed)
-    return NoisyRun(counts, plan.method, compact.physical_qubits, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    return NoisyRun(counts, plan.method, compact.physical_qubits, seconds, trajectories)
 
 
 def run_noisy(

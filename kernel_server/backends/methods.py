@@ -1,0 +1,220 @@
+"""Which simulation method runs a compact noisy circuit: priced per circuit, on this machine.
+
+Every method simulates the same noise model; none approximates it (trajectory reuse trades a
+bounded share of extra shot variance for speed, see :mod:`kernel_server.backends.trajectories`).
+Each method's price is its work units (:mod:`kernel_server.backends.work`) over the rates measured
+on this machine (:mod:`kernel_server.backends.cost_model`); ``auto`` takes the cheapest method that
+can run the circuit. What each is for:
+
+* ``lazy_density_matrix``: the numpy engine (one density-matrix evolution, qubits in flight only);
+  circuits whose qubits enter and leave one by one, any width.
+* ``density_matrix``: Aer's, up to 12 qubits, including what the engine does not take.
+* ``statevector``: Aer's noisy trajectories, one per shot; anything, at any cost.
+* ``statevector_reuse``: statevector trajectories with several shots each; spread-out outputs at
+  13-24 qubits (QFT, random, QAOA).
+* ``mps_reuse``: matrix-product-state trajectories with several shots each; wide circuits of low
+  entanglement (QAOA rings, linear ansatzes at 20-30 qubits).
+* ``stabilizer``: Aer's stabilizer method, where it is exact: Clifford gates and noise that is a
+  mixture of Paulis and resets (depolarizing, and relaxation of qubits with T2 <= T1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from qiskit import QuantumCircuit
+from qiskit.circuit import ControlFlowOp, Measure
+
+from kernel_server.backends.cost_model import MachineRates, machine_rates
+from kernel_server.backends.dynamic import costliest_path
+from kernel_server.backends.lazy_dm import LazyProgram, plan_lazy
+from kernel_server.backends.noise import CompactNoise
+from kernel_server.backends.trajectories import EXTRA_VARIANCE, PILOT_TRAJECTORIES
+from kernel_server.backends.work import (
+    MPS_MAX_BOND,
+    density_matrix_work,
+    gate_count,
+    mps_bonds,
+    mps_order,
+    mps_work,
+    trajectory_work,
+)
+
+__all__ = [
+    "AER_DENSITY_MATRIX_MAX_QUBITS",
+    "LAZY_MAX_ENTRIES",
+    "METHODS",
+    "REUSE_MAX_QUBITS",
+    "NoisyRunPlan",
+    "plan_methods",
+]
+
+METHODS = (
+    "auto",
+    "lazy_density_matrix",
+    "density_matrix",
+    "statevector",
+    "statevector_reuse",
+    "mps_reuse",
+    "stabilizer",
+)
+
+# Widest circuit Aer's density matrix takes: at 12 qubits it holds 2^24 entries (256 MB).
+AER_DENSITY_MATRIX_MAX_QUBITS = 12
+# Largest state (complex entries) the numpy engine may hold: 2^26 = 1 GB. A 16-qubit QAOA ring
+# on fake_torino peaks at 2^27 (3.3 GB resident, 9.9 s) where statevector reuse takes 0.5 s.
+LAZY_MAX_ENTRIES = 2**26
+# Statevector reuse keeps the pilot's probabilities (8 x 2^m doubles) and a 2^k state per core.
+REUSE_MAX_QUBITS = 24
+_CLIFFORD = {"cx", "cy", "cz", "ecr", "h", "id", "s", "sdg", "swap", "sx", "sxdg", "x", "y", "z"}
+
+
+@dataclass(frozen=True)
+class NoisyRunPlan:
+    """How a noisy run will simulate one circuit, and why."""
+
+    method: str
+    physical_qubits: tuple[int, ...]
+    estimated_seconds: dict[str, float]  # per method that can run the circuit
+    lazy_unsupported: str | None  # why the numpy engine cannot take the circuit, if it cannot
+    rates_measured: bool  # False when the built-in rates priced it (QONDUCTOR_COST_MODEL)
+
+
+def _samples_once(circuit: QuantumCircuit) -> bool:
+    """Whether Aer can evolve the circuit once and sample every shot from the result.
+
+    Not so with a measurement followed by more work on its qubit, or with control flow: Aer's
+    density matrix then runs shot by shot (7 qubits, 1000 shots: 2.1 s against 0.07 s for
+    trajectories; 11 qubits did not finish in 15 minutes).
+    """
+    measured: set[Any] = set()
+    for instruction in circuit.data:
+        operation = instruction.operation
+        if isinstance(operation, ControlFlowOp):
+            return False
+        if operation.name == "barrier":
+            continue
+        if isinstance(operation, Measure):
+            measured.update(instruction.qubits)
+        elif measured.intersection(instruction.qubits):
+            return False
+    return True
+
+
+def _reuse_trajectories(measured: int, shots: int) -> int:
+    """Trajectories reuse needs at the least: the pilot, or what a uniform output would need."""
+    uniform = 2.0**-measured
+    return max(PILOT_TRAJECTORIES, int(np.ceil(uniform * shots / (EXTRA_VARIANCE * (1 - uniform)))))
+
+
+def _aer_estimates(circuit: QuantumCircuit, shots: int, rates: MachineRates) -> dict[str, float]:
+    k = circuit.num_qubits
+    # Control flow costs its heaviest branch, a for_loop its body times its iterations.
+    path = costliest_path(circuit)
+    gates, _ = gate_count(path)
+    estimates: dict[str, float] = {}
+    if k <= AER_DENSITY_MATRIX_MAX_QUBITS:
+        runs = 1 if _samples_once(circuit) else shots
+        evolution = density_matrix_work(path) / rates.aer_dm_cma_per_s
+        estimates["density_matrix"] = rates.aer_call_s + runs * evolution
+    per_trajectory = gates * rates.aer_sv_op_s + trajectory_work(path) / rates.aer_sv_amp_per_s
+    estimates["statevector"] = rates.aer_call_s + shots * per_trajectory
+    return estimates
+
+
+def _reuse_estimates(
+    program: LazyProgram, circuit: QuantumCircuit, shots: int, rates: MachineRates
+) -> dict[str, float]:
+    """Statevector and MPS reuse at the fewest trajectories they could need (a lower bound for
+    concentrated outputs, which make them fall back to one trajectory per shot)."""
+    estimates: dict[str, float] = {}
+    trajectories = min(shots, _reuse_trajectories(len(program.measured), shots))
+    gates, _ = gate_count(circuit)
+    if circuit.num_qubits <= REUSE_MAX_QUBITS:
+        per_trajectory = (
+            gates * rates.aer_sv_op_s
+            + (trajectory_work(circuit) + 2.0 ** len(program.measured)) / rates.aer_sv_amp_per_s
+        )
+        estimates["statevector_reuse"] = 2 * rates.aer_call_s + trajectories * per_trajectory
+    if len(program.measured) == circuit.num_qubits:
+        order = mps_order(circuit)
+        bonds = mps_bonds(circuit, order)
+        if max(bonds, default=1) <= MPS_MAX_BOND:
+            ops, units = mps_work(circuit, order)
+            per_trajectory = ops * rates.aer_mps_op_s + units / rates.aer_mps_chi3_per_s
+            sampling = shots * circuit.num_qubits * max(bonds, default=1) ** 2 * 4e-9
+            estimates["mps_reuse"] = 2 * rates.aer_call_s + trajectories * per_trajectory + sampling
+    return estimates
+
+
+def stabilizer_exact(circuit: QuantumCircuit, noise: CompactNoise) -> str | None:
+    """Why the stabilizer method would not be exact for this circuit and noise, or None."""
+    for instruction in circuit.data:
+        operation = instruction.operation
+        name = operation.name
+        if name in ("barrier", "measure", "delay") or name in _CLIFFORD:
+            continue
+        if name == "rz":
+            turns = float(operation.params[0]) / (np.pi / 2)
+            if abs(turns - round(turns)) < 1e-9:
+                continue
+            return "rz by a non-Clifford angle"
+        return f"non-Clifford gate {name!r}"
+    # Thermal relaxation is a mixture of I, Z and reset only when T2 <= T1.
+    if any(t2 > t1 * (1 + 1e-12) for t1, t2 in zip(noise.t1s, noise.t2s, strict=True)):
+        return "relaxation with T2 > T1 is not a Pauli-and-reset mixture"
+    return None
+
+
+def plan_methods(
+    circuit: QuantumCircuit,
+    noise: CompactNoise | None,
+    physical_qubits: tuple[int, ...],
+    shots: int,
+    method: str,
+) -> tuple[NoisyRunPlan, LazyProgram | str]:
+    """Price every method that can run the compact ``circuit`` and pick one.
+
+    ``noise`` is needed only to tell whether the stabilizer method is exact (None: not offered).
+    Raises ``ValueError`` for an unknown method or one that cannot run the circuit.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    rates = machine_rates()
+    program = plan_lazy(circuit)
+    estimates = _aer_estimates(circuit, shots, rates)
+    unsupported = program if isinstance(program, str) else None
+    if isinstance(program, LazyProgram):
+        if program.peak_entries <= LAZY_MAX_ENTRIES:
+            estimates["lazy_density_matrix"] = (
+                program.cost_cma / rates.lazy_cma_per_s + len(program.ops) * rates.lazy_op_s + 1e-3
+            )
+        else:
+            unsupported = f"peak state of {program.peak_entries} entries"
+        estimates.update(_reuse_estimates(program, circuit, shots, rates))
+    if noise is not None and stabilizer_exact(circuit, noise) is None:
+        gates, _ = gate_count(costliest_path(circuit))
+        estimates["stabilizer"] = rates.aer_call_s + shots * gates * rates.aer_stabilizer_op_s
+    if method == "auto":
+        method = min(estimates, key=estimates.__getitem__)
+    elif method not in estimates:
+        reason = _why_not(method, circuit, noise, unsupported)
+        raise ValueError(f"{method} cannot run this circuit: {reason}")
+    plan = NoisyRunPlan(method, physical_qubits, estimates, unsupported, rates.measured)
+    return plan, program
+
+
+def _why_not(
+    method: str, circuit: QuantumCircuit, noise: CompactNoise | None, lazy: str | None
+) -> str:
+    if method == "lazy_density_matrix" or (lazy and method in ("statevector_reuse", "mps_reuse")):
+        return str(lazy)
+    if method == "density_matrix":
+        return f"{circuit.num_qubits} qubits (at most {AER_DENSITY_MATRIX_MAX_QUBITS})"
+    if method == "stabilizer":
+        return "no noise given" if noise is None else str(stabilizer_exact(circuit, noise))
+    if method == "statevector_reuse" and circuit.num_qubits > REUSE_MAX_QUBITS:
+        return f"{circuit.num_qubits} qubits (at most {REUSE_MAX_QUBITS})"
+    return "it needs gates then terminal measurements of every active qubit (MPS: bonds <= 1024)"
