@@ -15,6 +15,10 @@ import pytest
 _home = tempfile.mkdtemp(prefix="qonductor-test-")
 os.environ.setdefault("QONDUCTOR_HOME", _home)
 os.environ.setdefault("QONDUCTOR_FLEET", "small")
+# The noisy-simulation rates are measured once (about 5 s) into one file for the whole session:
+# tests that make homes of their own, and the orchestrators they start, read it from there.
+_rates_dir = tempfile.mkdtemp(prefix="qonductor-test-rates-")
+os.environ.setdefault("QONDUCTOR_COST_MODEL", os.path.join(_rates_dir, "cost_model.json"))
 
 # Kernels started here (nbval, nbclient) show no live job-status widget: a cell shows it only
 # when it is still running after half a second, so whether its output is there would depend on
@@ -36,6 +40,7 @@ def pytest_sessionfinish(session, exitstatus):
     stop_server()
     if os.environ.get("QONDUCTOR_HOME") == _home and not os.environ.get("QONDUCTOR_KEEP_HOME"):
         shutil.rmtree(_home, ignore_errors=True)
+    shutil.rmtree(_rates_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,10 @@ each method, :func:`calibrate`) and keeps them in ``<qonductor home>/cost_model.
 fingerprint of the CPU, the core count and the library versions; a changed fingerprint measures
 again.
 
-``QONDUCTOR_COST_MODEL`` may name another JSON file of rates, or be ``builtin`` for the figures
-measured on the development machine (2-core x86, no measuring: quicker start, less accurate).
+``QONDUCTOR_COST_MODEL`` may name another JSON file of rates (taken whatever its fingerprint; the
+rates are measured into it when it does not exist yet: the test session shares one file this way
+among its orchestrators and homes), or be ``builtin`` for the figures measured on the development
+machine (2-core x86, no measuring: quicker start, less accurate).
 """
 
 from __future__ import annotations
@@ -120,8 +122,7 @@ def _load_or_measure() -> MachineRates:
     if stored is not None and (configured or stored.fingerprint == mark):
         return stored
     rates = calibrate()
-    if not configured:
-        _write(path, rates)
+    _write(path, rates)
     return rates
 
 
