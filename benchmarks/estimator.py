@@ -4,13 +4,20 @@
 
 1. Runtime model vs a degree-2 polynomial on grouped hold-out folds of the real IBM runtimes
    (``../shared/data/ibm_runtime_train.csv``; skipped where that folder is absent).
-   Targets: >= 40% of jobs within 0.5 s of IBM's time and R^2 >= 0.98.
+   Targets: >= 55% of jobs within 0.5 s of IBM's time and R^2 >= 0.98.
 2. Fidelity model vs the numerical baseline (product of 1 - error, blind to mitigation) on circuit
    families held out from training (leave-families-out folds over the runs in
    ``benchmarks/data/fidelity_runs.csv.gz``, made by ``qonductor train fidelity``).
    Targets: >= 90% of unmitigated estimates within 0.05 of the simulated Hellinger fidelity; on
    mitigated runs a mean absolute error >= 30% below the baseline's. Writes the error CDFs as PNG.
-3. Speed of resource_plans() for a 20-qubit QAOA circuit (MQT Bench) over every template of the
+3. Wide circuits, 17-40 qubits, where the estimator has no ideal distribution: the wide
+   correction vs the numerical baseline on circuit families held out from training
+   (leave-families-out folds over ``benchmarks/data/wide_fidelity_runs.csv.gz``, made by
+   ``qonductor train fidelity --regenerate-wide``: mirror, GHZ, Bernstein-Vazirani and block
+   circuits whose ideal outcome is known by construction), per family, width band and in all,
+   with how far the twirled noise of the Clifford ground truth is from the exact noise at 8-12
+   qubits (``benchmarks/data/twirl_check.csv``). Target: >= 80% of unmitigated runs within 0.05.
+4. Speed of resource_plans() for a 20-qubit QAOA circuit (MQT Bench) over every template of the
    default fleet, every plan stack and both accelerators, against the same plans made one
    estimate() call at a time. Target: < 2 s (the research prototype spent ~70 s per scheduling
    cycle on estimation, Qonductor paper §8).
@@ -45,11 +52,11 @@ def runtime_section(seed: int) -> None:
         return
     model = results["shipped model (recipe)"]
     base = results["degree-2 polynomial"]
-    ok = model["within_0_5s"] >= 0.40 and model["r2"] >= 0.98
+    ok = model["within_0_5s"] >= 0.55 and model["r2"] >= 0.98
     print(
         f"-> within 0.5 s: {model['within_0_5s']:.1%} vs baseline {base['within_0_5s']:.1%} "
         f"({model['within_0_5s'] / base['within_0_5s']:.1f}x); R^2 {model['r2']:.4f}; "
-        f"target (>= 40%, R^2 >= 0.98) {'met' if ok else 'NOT met'}\n"
+        f"target (>= 55%, R^2 >= 0.98) {'met' if ok else 'NOT met'}\n"
     )
 
 
@@ -143,11 +150,96 @@ def write_cdf(png: Path, rows, truth, predicted, predicted_unknown, numerical) -
     plt.close(fig)
 
 
+def wide_section(seed: int) -> None:
+    from kernel_server.estimator import wide_data
+    from kernel_server.estimator.fidelity import (
+        FidelityModel,
+        as_matrix,
+        complete,
+        model_features,
+        wide_baseline,
+    )
+    from kernel_server.estimator.fidelity_data import load_rows
+
+    print(
+        "== 3. Wide circuits, 17-40 qubits (ideal unknown to the estimator; held-out families) =="
+    )
+    data = ft.DEFAULT_WIDE_DATA_PATH
+    if not data.is_file():
+        print(
+            f"skipped: {data} not found; make it with `qonductor train fidelity --regenerate-wide`"
+        )
+        return
+    rows = [r for r in load_rows(data) if r["stack"] == "none"]
+    start = time.perf_counter()
+    cv = ft.cross_validate_wide(rows, seed=seed)
+    kinds = {}
+    for r in rows:
+        kinds.setdefault(r["ground_truth"], set()).add(r["family"])
+    print(
+        f"{len(rows)} unmitigated runs of {cv['families']} families on "
+        f"{len({r['backend'] for r in rows})} simulated IBM devices "
+        f"({', '.join(sorted({r['backend'] for r in rows}))}); {cv['scheme']}; "
+        f"{time.perf_counter() - start:.1f} s"
+    )
+    for kind, families in sorted(kinds.items()):
+        print(f"ground truth {kind}: {', '.join(sorted(families))}")
+    print(
+        f"{'':20s} {'runs':>5s} {'mean F':>7s} {'model <=0.05':>13s} {'numerical':>10s} "
+        f"{'model MAE':>10s} {'numerical':>10s}"
+    )
+    groups = cv["summary"]["groups"]
+    for name, g in groups.items():
+        if name in ("17-24 qubits", "fidelity >= 0.1"):
+            print()
+        print(
+            f"{name:20s} {g['runs']:5d} {g['mean_fidelity']:7.3f} {g['within']:13.1%} "
+            f"{g['baseline_within']:10.1%} {g['mae']:10.3f} {g['baseline_mae']:10.3f}"
+        )
+    truth = np.asarray([r["hellinger_fidelity"] for r in rows])
+    shipped = FidelityModel.load()
+    fallback = FidelityModel(shipped.known, shipped.unknown, shipped.features).predict(rows)
+    features = model_features()
+    physics = wide_baseline(as_matrix(complete(rows), features), features)
+    for label, values in (
+        ("wide_baseline alone (light-cone error product, idle T1)", physics),
+        ("previous fallback (ideal-unknown correction, small runs)", fallback),
+    ):
+        err = np.abs(values - truth)
+        print(f"  {label}: {np.mean(err <= 0.05):.1%} within 0.05, MAE {err.mean():.3f}")
+    e = groups["all"]
+    print(
+        f"-> unmitigated within 0.05: {e['within']:.1%} (numerical baseline "
+        f"{e['baseline_within']:.1%}); target (>= 80%) "
+        f"{'met' if e['within'] >= 0.80 else 'NOT met'}"
+    )
+    twirl_section(wide_data.DEFAULT_CHECK_PATH)
+
+
+def twirl_section(path: Path) -> None:
+    from kernel_server.estimator import wide_data
+
+    if not path.is_file():
+        print(
+            f"   twirl check skipped: {path} not found (`qonductor train fidelity --twirl-check`)"
+        )
+        return
+    t = wide_data.twirl_summary(path)
+    print(
+        f"   twirl check ({t['runs']} Clifford circuits of {min(t['sizes'])}-{max(t['sizes'])} "
+        f"qubits, {len(t['families'])} families, {', '.join(t['backends'])}): twirled - exact "
+        f"fidelity mean {t['mean_difference']:+.4f}, mean |.| {t['mean_abs_difference']:.4f}, "
+        f"max |.| {t['max_abs_difference']:.4f}; Aer stabilizer vs Pauli frames mean |.| "
+        f"{t['mean_abs_aer_vs_frames']:.4f} ({wide_data.CHECK_AER_SHOTS} vs "
+        f"{wide_data.CHECK_SHOTS} shots)\n"
+    )
+
+
 def speed_section(repeats: int = 5) -> None:
     from kernel_server.estimator.fidelity_data import benchmark_circuit
     from kernel_server.estimator.plans import PLAN_STACKS, estimate, resource_plans, templates_for
 
-    print("== 3. Speed: resource plans for a 20-qubit QAOA circuit ==")
+    print("== 4. Speed: resource plans for a 20-qubit QAOA circuit ==")
     circuit = benchmark_circuit("qaoa", 20)
     start = time.perf_counter()
     templates = templates_for()
@@ -192,6 +284,7 @@ def main() -> int:
     if not args.skip_runtime:
         runtime_section(args.seed)
     fidelity_section(args.seed, args.png)
+    wide_section(args.seed)
     speed_section()
     return 0
 

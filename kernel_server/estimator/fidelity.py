@@ -12,6 +12,13 @@ Inputs per prediction (``MODEL_FEATURES``):
   than ``ideal.IDEAL_MAX_QUBITS`` measured qubits have no ideal summary: those features are -1,
   and the model is trained on copies of every row with them masked so it knows that case too.
 
+Wide circuits (more than ``IDEAL_MAX_QUBITS`` measured qubits) have a correction of their own,
+trained on runs of 17-40 qubit circuits whose ideal outcome is known by construction
+(``wide_data``): masked small circuits taught the general fallback nothing that carries over to
+them (11% of wide runs within 0.05). Its physics baseline (``wide_baseline``) is the error product
+of the measurements' light cone with idle relaxation charged, as ``ideal.approximate_hellinger``
+charges it.
+
 The regressor is scikit-learn gradient boosting; the shipped file holds its trees as arrays
 (``forest.TreeForest``) so prediction needs numpy only. Train with ``qonductor train fidelity``.
 """
@@ -33,7 +40,7 @@ from kernel_server.estimator.forest import (
     load_model_json,
     save_model_json,
 )
-from kernel_server.estimator.ideal import IDEAL_COLUMNS
+from kernel_server.estimator.ideal import IDEAL_COLUMNS, IDEAL_MAX_QUBITS
 
 # --------------------------------------------------------------------------------------------
 # Mitigation features
@@ -185,6 +192,28 @@ def model_features() -> tuple[str, ...]:
     )
 
 
+def wide_baseline(x: np.ndarray, features: Sequence[str]) -> np.ndarray:
+    """The wide correction's baseline per row of a ``features`` matrix: the error product of the
+    measurements' light cone, idling charged at half a qubit's population decaying with T1."""
+    features = list(features)
+    cone = x[:, features.index("cone_log_fidelity")].astype(np.float64)
+    idle = x[:, features.index("idle_t1_exposure")].astype(np.float64)
+    return np.exp(np.minimum(cone - 0.5 * idle, 0.0))
+
+
+def wide_matrix(x: np.ndarray, features: Sequence[str]) -> np.ndarray:
+    """The wide correction's input: the ``features`` columns and the wide baseline."""
+    return np.column_stack([x, wide_baseline(x, features)]).astype(np.float32)
+
+
+def unmitigated(x: np.ndarray, features: Sequence[str]) -> np.ndarray:
+    """``x`` with every mitigation column zeroed: the same runs without a stack."""
+    out = np.array(x, copy=True)
+    for name in STACK_COLUMNS:
+        out[:, list(features).index(name)] = 0.0
+    return out
+
+
 def complete(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` with their derived columns (rows read from a runs file lack them)."""
     return [{**row, **derived_features(row)} for row in rows]
@@ -215,7 +244,8 @@ def compile_for(
 # The model
 # --------------------------------------------------------------------------------------------
 
-FORMAT = "qonductor-fidelity-gbt/2"
+FORMAT = "qonductor-fidelity-gbt/3"
+_FORMATS = ("qonductor-fidelity-gbt/2", FORMAT)  # /2: no wide correction
 DEFAULT_MODEL_PATH = Path(__file__).parent / "models" / "fidelity.json"
 REBUILD_HINT = "rebuild it with `qonductor train fidelity`"
 
@@ -266,10 +296,15 @@ class FidelityModel:
     """Predicts the Hellinger fidelity of a run (0-1) from ``model_features()`` columns.
 
     Prediction = physics baseline + learned correction, with one correction for runs whose ideal
-    distribution is known and one for runs where it is not (wider than ``IDEAL_MAX_QUBITS``):
-    trained together, the second's large residuals distorted the first. A correction may be
-    limited to mitigated runs (``corrects_unmitigated``) for data where it does not carry over to
-    unmitigated ones; the shipped model corrects both.
+    distribution is known and one for runs where it is not (mid-circuit measurement, or wider
+    than ``IDEAL_MAX_QUBITS``): trained together, the second's large residuals distorted the
+    first. A correction may be limited to mitigated runs (``corrects_unmitigated``) for data
+    where it does not carry over to unmitigated ones; the shipped model corrects both.
+
+    ``wide`` (optional) predicts unmitigated runs of circuits wider than ``IDEAL_MAX_QUBITS``
+    from ``wide_matrix`` columns. A mitigated wide run gets that prediction plus the gain the
+    ideal-unknown correction gives the stack over no stack: there are no wide mitigated runs to
+    learn it from.
     """
 
     def __init__(
@@ -278,9 +313,11 @@ class FidelityModel:
         unknown: BoostedCorrection,
         features: Sequence[str],
         metadata: dict[str, Any] | None = None,
+        wide: BoostedCorrection | None = None,
     ) -> None:
         self.known = known
         self.unknown = unknown
+        self.wide = wide
         self.features = tuple(features)
         self.metadata = dict(metadata or {})
 
@@ -297,7 +334,25 @@ class FidelityModel:
                 rows = rows & mitigated
             if rows.any():
                 correction[rows] = side(x[rows])
-        return np.clip(baseline + correction, 0.0, 1.0)
+        predicted = baseline + correction
+        wide = ~known & (x[:, self.features.index("measured_bits")] > IDEAL_MAX_QUBITS)
+        if self.wide is not None and wide.any():
+            predicted[wide] = self._predict_wide(x[wide], correction[wide], mitigated[wide])
+        return np.clip(predicted, 0.0, 1.0)
+
+    def _predict_wide(
+        self, x: np.ndarray, unknown_correction: np.ndarray, mitigated: np.ndarray
+    ) -> np.ndarray:
+        assert self.wide is not None
+        plain = unmitigated(x, self.features)
+        predicted = wide_baseline(x, self.features) + self.wide(wide_matrix(plain, self.features))
+        if mitigated.any():
+            # The stack's gain as the ideal-unknown correction sees it (same baseline both ways).
+            gain = unknown_correction[mitigated]
+            if self.unknown.corrects_unmitigated:
+                gain = gain - self.unknown(plain[mitigated])
+            predicted[mitigated] += gain
+        return predicted
 
     def predict(self, rows: Sequence[Mapping[str, float]]) -> np.ndarray:
         """Fidelity per row; each row maps the circuit, ideal and stack columns to numbers (the
@@ -305,17 +360,20 @@ class FidelityModel:
         return self.predict_matrix(as_matrix(complete(rows), self.features))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "format": FORMAT,
             "features": list(self.features),
             "known": self.known.to_json(),
             "unknown": self.unknown.to_json(),
             "metadata": self.metadata,
         }
+        if self.wide is not None:
+            out["wide"] = self.wide.to_json()
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> FidelityModel:
-        if d.get("format") != FORMAT:
+        if d.get("format") not in _FORMATS:
             raise ValueError(f"format {d.get('format')!r}, expected {FORMAT!r}")
         if tuple(d.get("features", ())) != model_features():
             raise ValueError("the file's feature columns differ from this version's")
@@ -324,6 +382,7 @@ class FidelityModel:
             BoostedCorrection.from_json(d["unknown"]),
             d["features"],
             d.get("metadata", {}),
+            BoostedCorrection.from_json(d["wide"]) if "wide" in d else None,
         )
 
     def save(self, path: str | Path) -> Path:

@@ -27,8 +27,9 @@ import random
 import shutil
 import time
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -229,9 +230,11 @@ def _two_qubit(circuit: Any) -> int:
     return sum(1 for ci in circuit.data if len(ci.qubits) == 2 and ci.operation.name != "barrier")
 
 
-def _run_logged(task: Task) -> tuple[Task, list[dict[str, Any]], str | None]:
+def _run_logged(
+    task: Any, runner: Callable[[Any], list[dict[str, Any]]] | None = None
+) -> tuple[Any, list[dict[str, Any]], str | None]:
     try:
-        return task, run_task(task), None
+        return task, (runner or run_task)(task), None
     except Exception as exc:  # one bad circuit must not end a long run; reported, not hidden
         return task, [], f"{type(exc).__name__}: {exc}"
 
@@ -262,12 +265,16 @@ def _finished(path: Path) -> set[str]:
 
 def generate(
     out: str | Path,
-    todo: Iterable[Task] | None = None,
+    todo: Iterable[Any] | None = None,
     workers: int = 1,
     resume: bool = False,
     log: Any = print,
+    runner: Callable[[Any], list[dict[str, Any]]] | None = None,
 ) -> Path:
     """Run ``todo`` (default: ``default_tasks()``) and append the rows to the CSV ``out``.
+
+    ``runner`` makes one task's rows (default :func:`run_task`; ``wide_data`` passes its own, a
+    module-level function so that worker processes can receive it).
 
     Rows go to a plain CSV as each circuit finishes (``out`` itself, or ``out`` without its
     ``.gz`` while running: an unfinished gzip stream is unreadable), so a killed run keeps its
@@ -291,7 +298,7 @@ def generate(
     writer: csv.DictWriter | None = None
     existing = _header(work)
     with _open(work, "a") as f:
-        for index, (task, rows, error) in enumerate(_map(pending, workers), 1):
+        for index, (task, rows, error) in enumerate(_map(pending, workers, runner), 1):
             if error:
                 log(f"  {task.key}: skipped ({error})")
             for row in rows:
@@ -318,10 +325,11 @@ def generate(
 
 
 def _map(
-    pending: list[Task], workers: int
-) -> Iterator[tuple[Task, list[dict[str, Any]], str | None]]:
+    pending: list[Any], workers: int, runner: Callable[[Any], list[dict[str, Any]]] | None = None
+) -> Iterator[tuple[Any, list[dict[str, Any]], str | None]]:
+    run = partial(_run_logged, runner=runner)
     if workers <= 1:
-        yield from map(_run_logged, pending)
+        yield from map(run, pending)
         return
     import multiprocessing
     import os
@@ -332,7 +340,7 @@ def _map(
     # when this process is killed (they would otherwise simulate on for minutes as orphans).
     spawn = multiprocessing.get_context("spawn")
     with spawn.Pool(workers, initializer=start_lifeline, initargs=(os.getpid(),)) as pool:
-        yield from pool.imap_unordered(_run_logged, pending)
+        yield from pool.imap_unordered(run, pending)
 
 
 _INTEGERS = frozenset({"size", "task_seed"})
@@ -340,7 +348,7 @@ _INTEGERS = frozenset({"size", "task_seed"})
 
 def load_rows(path: str | Path) -> list[dict[str, Any]]:
     """The CSV's rows with numbers as floats (strings for the identifying columns)."""
-    text_columns = {"family", "backend", "stack"}
+    text_columns = {"family", "backend", "stack", "ground_truth"}
     with _open(Path(path), "r") as f:
         return [
             {k: (v if k in text_columns else _number(v)) for k, v in row.items()}
@@ -349,6 +357,8 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
 
 
 def _number(text: str) -> float:
+    if text == "":
+        return float("nan")
     value = float(text)
     return value if math.isfinite(value) else 0.0
 
