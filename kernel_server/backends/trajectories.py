@@ -115,6 +115,20 @@ def _run_batch(simulator: AerSimulator, body: QuantumCircuit, count: int, seed: 
     return simulator.run(body, shots=count, **options).result().data(0)
 
 
+@dataclass(frozen=True)
+class _Reuse:
+    """One reuse run: what both methods need."""
+
+    program: LazyProgram
+    noise: CompactNoise
+    shots: int
+    simulator: AerSimulator
+    bound: float
+    pilot: int
+    rng: np.random.Generator
+    seeds: tuple[int | None, int | None]  # the pilot's and the rest's simulator seeds
+
+
 def run_trajectories(
     program: LazyProgram,
     noise: CompactNoise,
@@ -131,47 +145,52 @@ def run_trajectories(
     has no measurements, readout is applied here).
     """
     pilot_seed, rest_seed, rng = _seeds(seed)
-    pilot = min(PILOT_TRAJECTORIES, shots)
+    run = _Reuse(
+        program,
+        noise,
+        shots,
+        simulator,
+        bound,
+        min(PILOT_TRAJECTORIES, shots),
+        rng,
+        (pilot_seed, rest_seed),
+    )
     if method == "statevector_reuse":
-        return _statevector_reuse(
-            program, noise, shots, simulator, bound, pilot, rng, (pilot_seed, rest_seed)
-        )
+        return _statevector_reuse(run)
     if method == "mps_reuse":
-        return _mps_reuse(
-            program, noise, shots, simulator, bound, pilot, rng, (pilot_seed, rest_seed)
-        )
+        return _mps_reuse(run)
     raise ValueError(f"unknown trajectory method {method!r}")
 
 
-def _statevector_reuse(
-    program: LazyProgram,
-    noise: CompactNoise,
-    shots: int,
-    simulator: AerSimulator,
-    bound: float,
-    pilot: int,
-    rng: np.random.Generator,
-    seeds: tuple[int | None, int | None],
-) -> TrajectoryRun:
-    body = body_circuit(program, noise, "probabilities")
-    first = np.asarray(_run_batch(simulator, body, pilot, seeds[0])["probabilities"])
+# Probabilities held at once from one Aer call (doubles): 256 MB.
+_BATCH_ENTRIES = 2**25
+
+
+def _statevector_reuse(run: _Reuse) -> TrajectoryRun:
+    program = run.program
+    body = body_circuit(program, run.noise, "probabilities")
+    first = np.asarray(_run_batch(run.simulator, body, run.pilot, run.seeds[0])["probabilities"])
     total = first.sum(axis=0)
     count = len(first)
     # The bound V_traj <= E_t ||p_t||^2, not the pilot's own V_traj: a pilot of 8 often holds
     # only no-error trajectories (5 qubits, 20 gates: 80% of them), whose spread is 0 while the
     # rare error branches carry the variance. The collision probability does not hide them.
     collision = float(np.mean(np.sum(first * first, axis=1)))
-    wanted = needed_trajectories(collision, shots, bound)
-    if wanted > count:
-        more = np.asarray(_run_batch(simulator, body, wanted - count, seeds[1])["probabilities"])
+    wanted = needed_trajectories(collision, run.shots, run.bound)
+    batch = max(1, _BATCH_ENTRIES // first.shape[1])
+    seed = run.seeds[1]
+    while count < wanted:
+        size = min(batch, wanted - count)
+        more = np.asarray(_run_batch(run.simulator, body, size, seed)["probabilities"])
         total = total + more.sum(axis=0)
         count += len(more)
+        seed = None if seed is None else seed + size  # Aer seeds shot i with seed + i
     labels = sorted(program.measured)
-    probabilities = _with_readout(total / count, labels, noise)
+    probabilities = _with_readout(total / count, labels, run.noise)
     # Axis a of the reshaped little-endian vector is qubit labels[m - 1 - a].
     clbits = [program.measured[q] for q in reversed(labels)]
-    draw_seed = int(rng.integers(2**63))
-    counts = sample_counts(probabilities, clbits, program, shots, draw_seed)
+    draw_seed = int(run.rng.integers(2**63))
+    counts = sample_counts(probabilities, clbits, program, run.shots, draw_seed)
     return TrajectoryRun(counts, count, collision)
 
 
@@ -187,25 +206,17 @@ def _with_readout(little_endian: np.ndarray, labels: list[int], noise: CompactNo
     return probabilities
 
 
-def _mps_reuse(
-    program: LazyProgram,
-    noise: CompactNoise,
-    shots: int,
-    simulator: AerSimulator,
-    bound: float,
-    pilot: int,
-    rng: np.random.Generator,
-    seeds: tuple[int | None, int | None],
-) -> TrajectoryRun:
+def _mps_reuse(run: _Reuse) -> TrajectoryRun:
+    program, noise, shots, rng = run.program, run.noise, run.shots, run.rng
     if len(program.measured) != program.num_qubits:
         raise ValueError("mps_reuse needs every active qubit measured")
     body = body_circuit(program, noise, "matrix_product_state")
-    states = list(_run_batch(simulator, body, pilot, seeds[0])["matrix_product_state"])
+    states = list(_run_batch(run.simulator, body, run.pilot, run.seeds[0])["matrix_product_state"])
     collisions = [float(np.mean(sample_mps(s, _PILOT_SAMPLES, rng)[1])) for s in states]
     collision = float(np.mean(collisions))
-    wanted = needed_trajectories(collision, shots, bound)
+    wanted = needed_trajectories(collision, shots, run.bound)
     if wanted > len(states):
-        batch = _run_batch(simulator, body, wanted - len(states), seeds[1])
+        batch = _run_batch(run.simulator, body, wanted - len(states), run.seeds[1])
         states.extend(batch["matrix_product_state"])
     # Equal shares of the shots (the remainder to random trajectories): stratified, unbiased.
     share = np.full(len(states), shots // len(states))
