@@ -23,9 +23,29 @@ _API = (
     "fleet",
 )
 
+# Qiskit's primitives on the fleet (qonductor_jupyter.qiskit_primitives, which loads qiskit).
+_QISKIT = (
+    "Sampler",
+    "Estimator",
+    "SamplerV2",
+    "EstimatorV2",
+    "Session",
+    "Batch",
+    "backend",
+    "SamplerOptions",
+    "EstimatorOptions",
+)
+
 from .primitives import estimate, sample  # noqa: E402  (light: no qiskit at import)
 
-__all__ = [*_API, "sample", "estimate", "load_ipython_extension", "unload_ipython_extension"]
+__all__ = [
+    *_API,
+    *_QISKIT,
+    "sample",
+    "estimate",
+    "load_ipython_extension",
+    "unload_ipython_extension",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -33,6 +53,10 @@ def __getattr__(name: str) -> Any:
         from . import api
 
         return getattr(api, name)
+    if name in _QISKIT:
+        from . import qiskit_primitives
+
+        return getattr(qiskit_primitives, name)
     raise AttributeError(f"module 'qonductor_jupyter' has no attribute {name!r}")
 
 

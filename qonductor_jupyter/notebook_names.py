@@ -33,6 +33,8 @@ from typing import Any
 from kernel_server.core.cell_functions import NOTEBOOK_MODULES
 
 from .splitter import (
+    EXECUTOR_FACTORIES,
+    PRIMITIVE_ATTRIBUTES,
     PRIMITIVE_MODULES,
     QUANTUM_PRIMITIVES,
     FunctionInfo,
@@ -45,6 +47,7 @@ from .splitter import (
 # defined: importing them here would make the module that runs them import this one back.
 _PRIMITIVES_MODULE = "qonductor_jupyter.primitives"
 _PRIMITIVE_NAMES = frozenset({"sample", "estimate"})
+_FACTORY_PACKAGE = "qonductor_jupyter.qiskit_primitives"
 _LIBRARY_DIRS = tuple(
     {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
 )
@@ -64,7 +67,24 @@ def _is_primitive(value: Any) -> bool:
 
 
 def _is_primitive_module(value: Any) -> bool:
-    return isinstance(value, types.ModuleType) and value.__name__ in PRIMITIVE_MODULES
+    """A module exporting the primitives, or an executor of them (a Sampler, an Estimator, a
+    fleet backend, or qiskit's BackendSamplerV2/BackendEstimatorV2 over one): its ``run`` and
+    ``sample``/``estimate`` are quantum calls."""
+    if isinstance(value, types.ModuleType):
+        return value.__name__ in PRIMITIVE_MODULES
+    if getattr(type(value), "_qonductor_executor", False):
+        return True
+    wrapped = getattr(value, "backend", None) if not isinstance(value, type) else None
+    return getattr(type(wrapped), "_qonductor_executor", False) is True
+
+
+def _is_factory(value: Any) -> bool:
+    """``Sampler``, ``Estimator``, ``backend``: what makes executors."""
+    return (
+        callable(value)
+        and str(getattr(value, "__module__", "")).startswith(_FACTORY_PACKAGE)
+        and getattr(value, "__name__", None) in EXECUTOR_FACTORIES
+    )
 
 
 def _is_notebook_code(value: Any) -> bool:
@@ -186,7 +206,7 @@ class _Reader:
         else:
             loads, stores, attributes = _bytecode_globals(fn.__code__)
             quantum = bool(loads & self.primitives) or bool(
-                loads & self.modules and attributes & QUANTUM_PRIMITIVES
+                loads & self.modules and attributes & PRIMITIVE_ATTRIBUTES
             )
             # Without the source, any mutable notebook value the function reads may be changed
             # by it: sending it back costs little, missing a change loses data.
@@ -223,7 +243,7 @@ class _Reader:
             value = fn.__globals__.get(name)
             if _is_primitive(value):
                 found = True
-            elif _is_primitive_module(value) and attributes & QUANTUM_PRIMITIVES:
+            elif _is_primitive_module(value) and attributes & PRIMITIVE_ATTRIBUTES:
                 found = True
             elif isinstance(value, (types.FunctionType, type)):
                 inner = self.info(value)
@@ -259,6 +279,7 @@ def notebook_context(source: str | ast.Module, namespace: dict[str, Any]) -> Not
     functions: dict[str, FunctionInfo] = {}
     primitives: set[str] = set()
     modules: set[str] = set()
+    factories: set[str] = set()
     pending = sorted(_cell_names(tree))
     visited: set[str] = set()
     while pending:
@@ -274,11 +295,17 @@ def notebook_context(source: str | ast.Module, namespace: dict[str, Any]) -> Not
         if _is_primitive_module(value):
             modules.add(name)
             continue
+        if _is_factory(value):
+            factories.add(name)
+            continue
         info = reader.info(value)
         if info is None:
             continue
         functions[name] = info
         pending.extend(info.free_globals)  # the walker follows them through ``functions``
     return NotebookContext(
-        functions=functions, primitives=frozenset(primitives), modules=frozenset(modules)
+        functions=functions,
+        primitives=frozenset(primitives),
+        modules=frozenset(modules),
+        factories=frozenset(factories),
     )

@@ -30,6 +30,7 @@ from qiskit.transpiler import PassManager, Target, TranspilerError, generate_pre
 
 from kernel_server.backends.dynamic import has_control_flow
 from kernel_server.core.cache import LRU
+from kernel_server.core.isa import BROKEN_ERROR, broken_entries
 from kernel_server.wire.circuits import fingerprint
 
 # ``devices`` (qiskit_ibm_runtime: 1-3 s) is imported inside the functions that use it, so that
@@ -48,9 +49,6 @@ __all__ = [
     "transpile_mitigated",
 ]
 
-# An instruction this bad is a dead coupler or qubit, not a noisy one: the fake backends mark
-# broken entries with error 1.0 (FakeSherbrooke ecr(6,5), FakeKingston sx(96), ...).
-BROKEN_ERROR = 0.5
 
 # Level 2 runs VF2Layout, which scores layouts by the target's errors; level 1 falls back to the
 # trivial layout 0..n-1 on big devices and can land on a dead coupler. Level 3 gave the same
@@ -79,26 +77,6 @@ def check_width(circuit: QuantumCircuit, backend: BackendV2) -> None:
 # --------------------------------------------------------------------------------------------
 # Healthy targets
 # --------------------------------------------------------------------------------------------
-
-
-def broken_entries(
-    target: Target, threshold: float = BROKEN_ERROR
-) -> tuple[frozenset[int], frozenset[tuple[str, tuple[int, ...]]]]:
-    """Dead qubits (a broken single-qubit gate or measurement) and dead couplers of a target."""
-    dead_qubits: set[int] = set()
-    dead_couplers: set[tuple[str, tuple[int, ...]]] = set()
-    for name in target.operation_names:
-        props = target[name]
-        if props is None:
-            continue
-        for qargs, prop in props.items():
-            if qargs is None or prop is None or prop.error is None or prop.error < threshold:
-                continue
-            if len(qargs) == 1:
-                dead_qubits.add(qargs[0])
-            else:
-                dead_couplers.add((name, qargs))
-    return frozenset(dead_qubits), frozenset(dead_couplers)
 
 
 def healthy_target(target: Target, threshold: float = BROKEN_ERROR) -> Target:

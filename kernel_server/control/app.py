@@ -33,7 +33,7 @@ from kernel_server.control.registry import Registry, UnknownImage
 from kernel_server.control.store import Store
 from kernel_server.core.deployment import DEFAULT_PLACEMENT, ConfigError, classical_request
 from kernel_server.core.jobs import JobRecord
-from kernel_server.fleet.queues import SimulatedQPU, background_arrivals, qpu_runner
+from kernel_server.fleet.queues import QueuedJob, SimulatedQPU, background_arrivals, qpu_runner
 from kernel_server.fleet.spec import FleetSpec
 from kernel_server.scheduler.classical import NoFeasibleNode
 from kernel_server.security.keyring import KeyRing
@@ -42,7 +42,7 @@ from kernel_server.tasks.step import StepOutcome, StepSpec
 from kernel_server.wire.connection import ConnectionInfo, new_key, server_connection_file_path
 from kernel_server.wire.envelope import EventSealer, ReplayGuard, Signer, decode, encode
 from kernel_server.wire.errors import InvalidMessage, ProtocolError
-from kernel_server.wire.messages import ErrorReply, Event, Message
+from kernel_server.wire.messages import ErrorReply, Event, Message, Sample
 
 log = logging.getLogger("kernel_server")
 
@@ -348,34 +348,41 @@ class Orchestrator:
         finally:
             self.compute.release(node, request, reserved, spec.kind)
 
-    async def _estimate(self, circuits: bytes, device: str) -> qpu.DeviceEstimate:
-        return await self.compute.plan(qpu.estimate_on_device, circuits, device, 0)
+    async def _estimate(self, msg: Sample, device: str) -> qpu.DeviceEstimate:
+        return await self.compute.plan(qpu.estimate_on_device, msg.circuits, device, 0, msg.rows)
 
-    async def _plan(self, circuits: bytes, shots: int) -> list[dict[str, Any]]:
+    async def _plan(self, msg: Sample) -> list[dict[str, Any]]:
         return await self.compute.plan(
-            qpu.plan_step, circuits, self.fleet_names, shots, qpu.PLAN_LIMIT, self.fleet_spec.prices
+            qpu.plan_step,
+            msg.circuits,
+            self.fleet_names,
+            msg.shots,
+            qpu.PLAN_LIMIT,
+            self.fleet_spec.prices,
+            tuple(msg.stacks),
+            msg.parameter_values,
         )
 
-    async def _execute(
-        self,
-        device: str,
-        transpiled: bytes,
-        shots: int,
-        seed: int | None,
-        mitigation: str | None = None,
-        circuits: bytes | None = None,
-    ) -> qpu.Execution:
+    async def _execute(self, device: str, job: QueuedJob) -> qpu.Execution:
+        values, shots, seed, mitigation = job.parameter_values, job.shots, job.seed, job.mitigation
         if self.ibm is not None and device in self.ibm.devices:
             # Through the Sampler as laid out for the device; a plan's mitigation stack is
             # applied on simulated QPUs only (on IBM the job runs unmitigated, and says so).
+            transpiled = job.transpiled
+            if values:
+                transpiled = await self.loop.run_in_executor(
+                    self.io_threads, qpu.bind_transpiled, transpiled, values
+                )
             return await self.loop.run_in_executor(
                 self._ibm_threads, self.ibm.execute, device, transpiled, shots
             )
-        if mitigation and mitigation != "none" and circuits is not None:
+        if mitigation and mitigation != "none" and job.circuits is not None:
             return await self.compute.simulate(
-                qpu.execute_mitigated, device, circuits, mitigation, shots, seed
+                qpu.execute_mitigated, device, job.circuits, mitigation, shots, seed, values
             )
-        return await self.compute.simulate(qpu.execute_on_device, device, transpiled, shots, seed)
+        return await self.compute.simulate(
+            qpu.execute_on_device, device, job.transpiled, shots, seed, values
+        )
 
     async def _watch_ibm(self) -> None:
         """Read the IBM devices' queues, status and calibrations, and apply what changed."""

@@ -106,6 +106,7 @@ class QpuJobPlaced(Event):
     est_duration_s: float
     num_circuits: int
     cause: str
+    mitigation: str = "none"  # the plan's stack the job runs with
 
 
 @dataclass
@@ -225,6 +226,7 @@ class Reply(Instruction):
     ok: bool
     counts: Any = None
     qpu: str | None = None
+    job: Any = None  # the QPU job answered (its report goes with the counts)
     error_type: str = ""
     message: str = ""
 

@@ -16,12 +16,15 @@ from kernel_server.control.machine import UserError
 from kernel_server.control.ownership import CURRENT_SIGNER, CURRENT_USER
 from kernel_server.core.deployment import validate_config
 from kernel_server.core.jobs import WorkflowRun, new_id
-from kernel_server.wire.circuits import read_circuits
+from kernel_server.tasks.qpu import describe_backend
+from kernel_server.wire.circuits import CircuitFormatError, read_call
 from kernel_server.wire.messages import (
+    BackendReply,
     Cancel,
     ChoosePlan,
     CreateWorkflow,
     Deploy,
+    DescribeBackend,
     GetFleet,
     GetResults,
     GetStatus,
@@ -38,6 +41,9 @@ from kernel_server.wire.messages import (
 
 if TYPE_CHECKING:
     from kernel_server.control.app import Orchestrator
+
+# A PUB's sweep is one QPU job: it may take this many times one call's shot limit in all.
+MAX_ROWS_FACTOR = 100
 
 # How long a plan choice waits for that step's plans to be made (the client waits 60 s).
 CHOOSE_WAIT_S = 45.0
@@ -66,6 +72,7 @@ class Handlers:
             "cancel": self.cancel,
             "choose_plan": self.choose_plan,
             "fleet": self.fleet,
+            "describe_backend": self.describe_backend,
             "sample": self.sample,
         }
 
@@ -117,6 +124,17 @@ class Handlers:
                 "compute": orch.compute.describe(),
             }
         )
+
+    async def describe_backend(self, msg: DescribeBackend, identity: bytes, rid: str) -> Message:
+        orch = self.orch
+        await orch.fleet_ready.wait()
+        try:
+            name, kind, width, members, target = await orch.compute.plan(
+                describe_backend, msg.name, list(orch.qpus)
+            )
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        return BackendReply(name=name, kind=kind, num_qubits=width, members=members, target=target)
 
     # ------------------------------------------------------------------ workflows
     async def invoke(self, msg: Invoke, identity: bytes, rid: str) -> Message:
@@ -172,15 +190,29 @@ class Handlers:
     async def sample(self, msg: Sample, identity: bytes, rid: str) -> Message | None:
         orch = self.orch
         orch.ownership.check_owner(msg.workflow_id)
-        # Width and fingerprint come from the circuits themselves, never from the request.
-        msg.num_qubits, msg.fingerprint = await orch.loop.run_in_executor(
-            orch.io_threads, read_circuits, msg.circuits
-        )
+        # Width, fingerprint, rows and ISA-ness come from the circuits themselves, never from
+        # the request.
+        try:
+            facts = await orch.loop.run_in_executor(
+                orch.io_threads, read_call, msg.circuits, msg.parameter_values
+            )
+        except CircuitFormatError as exc:
+            raise UserError(str(exc)) from None
+        msg.num_qubits, msg.fingerprint = facts.num_qubits, facts.fingerprint
+        msg.rows, msg.isa = facts.rows, facts.isa
+        if msg.shots * msg.rows > orch.limits.max_shots * MAX_ROWS_FACTOR:
+            raise UserError(
+                f"{msg.rows} parameter sets x {msg.shots} shots exceed this orchestrator's limit "
+                f"of {orch.limits.max_shots * MAX_ROWS_FACTOR} shots per QPU job"
+            )
         if msg.num_qubits > orch.limits.max_qubits:
             raise UserError(
                 f"a circuit of {msg.num_qubits} qubits exceeds this orchestrator's limit of "
                 f"{orch.limits.max_qubits} (limits.max_qubits in its fleet file)"
             )
         self._check_shots(msg.shots)
+        if msg.session:
+            # Sessions are each user's own: the same id from two users names two sessions.
+            msg.session = f"{orch.ownership.owner_of(msg.workflow_id)}:{msg.session}"
         orch.manager.submit_sample(msg, identity, rid, CURRENT_SIGNER.get())
         return None  # the reply comes when the QPU job is done

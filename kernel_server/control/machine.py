@@ -379,6 +379,7 @@ class WorkflowMachine:
         live, job = self.qpu_jobs[ev.job_id]
         job.qpu, job.est_fidelity, job.est_duration_s = ev.qpu, ev.est_fidelity, ev.est_duration_s
         job.num_circuits = ev.num_circuits
+        job.mitigation = ev.mitigation
         sid = job.step_id or 0
         if live.run.steps[sid].kind == "hybrid":
             live.sessions[sid] = ev.qpu  # pin the loop to one QPU
@@ -407,7 +408,7 @@ class WorkflowMachine:
         job.method = ",".join(sorted(set(ev.methods)))
         cause = f"simulated with {job.method}"
         job.transition(JobState.DONE, cause)
-        return [Persist(job, cause), Reply(caller, True, counts=ev.counts, qpu=job.qpu)]
+        return [Persist(job, cause), Reply(caller, True, counts=ev.counts, qpu=job.qpu, job=job)]
 
     def _job_failed(self, ev: QpuJobFailed) -> list[Instruction]:
         if ev.job_id not in self.qpu_jobs:

@@ -19,46 +19,35 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kernel_server.control.events import (
-    Caller,
     CancelRequested,
-    Enqueue,
     Event,
     Instruction,
     Persist,
     PlanChosen,
     PlanDecided,
     PlanFailed,
-    PlansReady,
-    QpuJobCancelled,
-    QpuJobEstimating,
-    QpuJobFailed,
-    QpuJobFinished,
-    QpuJobPlaced,
     QpuJobStarted,
     Recovered,
     RecoveredWorkflow,
     ReleaseQpuJob,
     Reply,
     RunStep,
-    SampleRequested,
     SaveOutputs,
     SaveStepOutputs,
     SaveWorkflow,
-    StartQpuJob,
     StepFinished,
     WorkflowAdopted,
     WorkflowFinal,
 )
 from kernel_server.control.machine import UnknownWorkflow, UserError, WorkflowMachine, not_asking
+from kernel_server.control.qpu_jobs import CircuitTooWide, QpuJobs
 from kernel_server.control.store import Store
-from kernel_server.core.cache import LRU
 from kernel_server.core.deployment import DEFAULT_PLACEMENT
 from kernel_server.core.jobs import JobRecord, WorkflowRun
 from kernel_server.core.plans import parse_plan_option
-from kernel_server.fleet.queues import QueuedJob, SimulatedQPU
+from kernel_server.fleet.queues import SimulatedQPU
 from kernel_server.scheduler.cycle import QPUView
 from kernel_server.scheduler.dispatch import OnlineDispatcher
-from kernel_server.scheduler.placement import Candidate, place
 from kernel_server.tasks.step import StepOutcome, StepSpec
 from kernel_server.wire import messages as P
 
@@ -67,19 +56,16 @@ __all__ = ["CircuitTooWide", "Executors", "JobManager"]
 log = logging.getLogger("kernel_server.control.manager")
 
 
-class CircuitTooWide(UserError):
-    pass
-
-
 @dataclass
 class Executors:
     """How the manager gets CPU work done (process pools in the orchestrator)."""
 
     run_step: Callable[[StepSpec], Awaitable[StepOutcome]]
-    estimate: Callable[[bytes, str], Awaitable[Any]]  # -> tasks.qpu.DeviceEstimate
+    # (a quantum call, a QPU's name) -> tasks.qpu.DeviceEstimate
+    estimate: Callable[[P.Sample, str], Awaitable[Any]]
     spawn: Callable[[Awaitable[Any]], asyncio.Task]
-    # (circuits blob, shots) -> resource plans as dicts (tasks.qpu.plan_step); None: no plans
-    plan: Callable[[bytes, int], Awaitable[list[dict[str, Any]]]] | None = None
+    # a quantum call -> resource plans as dicts (tasks.qpu.plan_step); None: no plans
+    plan: Callable[[P.Sample], Awaitable[list[dict[str, Any]]]] | None = None
 
 
 Emit = Callable[[JobRecord, str], None]
@@ -106,14 +92,10 @@ class JobManager:
         # Called with a workflow's id once it is final (the orchestrator revokes its capability).
         self.on_final: Callable[[str], None] = lambda workflow_id: None
         self.placement = placement
-        self.estimating = 0  # QPU jobs between their arrival and their placement decision
+        self.quantum = QpuJobs(self)
         self.dispatcher = OnlineDispatcher(
-            self._qpu_views, balance=balance, estimating=lambda: self.estimating
+            self._qpu_views, balance=balance, estimating=lambda: self.quantum.estimating
         )
-        # A cell run again sends the same circuits: their estimates on a calibration, and their
-        # plans over the fleet's calibrations, are the same (keyed on Sample.fingerprint).
-        self.estimates: LRU[Any] = LRU(1024)
-        self.plans: LRU[list[dict[str, Any]]] = LRU(256)
         # (workflow, step) -> the plan its QPU jobs run with, once the machine has decided it.
         self.step_plans: dict[tuple[str, int], asyncio.Future] = {}
         self.qpu_waits: dict[str, asyncio.Future] = {}  # QPU job -> its execution
@@ -174,7 +156,7 @@ class JobManager:
     async def _answer(self, ins: Reply) -> None:
         identity, rid, reply_as = ins.caller
         message: P.Message = (
-            P.SampleReply(results=ins.counts, qpu=ins.qpu or "")
+            P.SampleReply(results=ins.counts, qpu=ins.qpu or "", report=_report(ins.job))
             if ins.ok
             else P.ErrorReply(type=ins.error_type, message=ins.message)
         )
@@ -285,170 +267,11 @@ class JobManager:
     # ------------------------------------------------------------------ quantum jobs
     def eligible_qpus(self, options: dict[str, Any], width: int) -> list[SimulatedQPU]:
         """QPUs that satisfy the deployment config and fit the circuit; a clear error if none."""
-        req = options.get("qpu", {})
-        qpus = [q for q in self.qpus.values() if q.online]
-        if req.get("backends"):
-            unknown = [b for b in req["backends"] if b not in self.qpus]
-            if unknown:
-                raise UserError(f"unknown backends {unknown}; the fleet has {sorted(self.qpus)}")
-            qpus = [q for q in qpus if q.name in req["backends"]]
-        if req.get("families"):
-            qpus = [q for q in qpus if q.family in req["families"]]
-        low = max(width, int(req.get("min_qubits", 0)))
-        high = int(req.get("max_qubits", 10**9))
-        fitting = [q for q in qpus if low <= q.num_qubits <= high]
-        if fitting:
-            return fitting
-        sizes = ", ".join(f"{q.name} ({q.num_qubits})" for q in self.qpus.values())
-        largest = max((q.num_qubits for q in self.qpus.values()), default=0)
-        if width > largest:
-            raise CircuitTooWide(
-                f"the circuit needs {width} qubits but the largest QPU has "
-                f"{largest}; fleet: {sizes}. Reduce the circuit's width "
-                "(or cut it)."
-            )
-        # Width 0: checked before any circuit exists (deploy, invoke); the config alone fails.
-        what = f" for a {width}-qubit circuit" if width else ""
-        raise UserError(f"no QPU satisfies the configuration qpu: {req}{what}; fleet: {sizes}")
+        return self.quantum.eligible_qpus(options, width)
 
     def submit_sample(self, msg: P.Sample, identity: bytes, rid: str, reply_as: str = "") -> None:
-        """A step called sample(): create its QPU job; the worker gets the reply when it is done."""
-        caller: Caller = (identity, rid, reply_as)
-        for ins in self.machine.handle(
-            SampleRequested(msg.workflow_id, msg.step_id, msg.shots, caller)
-        ):
-            if isinstance(ins, StartQpuJob):
-                self.ex.spawn(self._run_qpu_job(ins.job, msg, ins.index))
-            else:
-                self._execute(ins)
-
-    async def _run_qpu_job(self, job: JobRecord, msg: P.Sample, index: int) -> None:
-        """Estimate the job on its candidate QPUs, place it, queue it and wait for its counts;
-        every state change goes through the machine."""
-        self.estimating += 1
-        estimating = True
-        try:
-            self._do(QpuJobEstimating(job.id))
-            live = self.machine.live[job.workflow_id]
-            pinned = live.sessions.get(msg.step_id)
-            qpus = (
-                [self.qpus[pinned]] if pinned else self.eligible_qpus(live.options, msg.num_qubits)
-            )
-            plan = await self._step_plan(job, msg)
-            if plan is not None and not pinned:
-                # Run where the plan says: a QPU of its template (if the config allows one).
-                members = [q for q in qpus if q.name in set(plan.get("members", []))]
-                qpus = members or qpus
-            estimates = await asyncio.gather(*[self._estimate(msg, q) for q in qpus])
-            self.estimating -= 1
-            estimating = False
-            chosen, est, cause = await self._place(live.options, job, msg, qpus, estimates)
-            done = asyncio.get_running_loop().create_future()
-            self.qpu_waits[job.id] = done
-            placed = QpuJobPlaced(
-                job.id, chosen, est.fidelity, est.duration_s, est.num_circuits, cause
-            )
-            if not any(isinstance(i, Enqueue) for i in self._do(placed)):
-                self.qpu_waits.pop(job.id, None)
-                return  # the workflow ended meanwhile; the machine has answered the worker
-            stack = plan["mitigation"] if plan is not None else None
-            seed = self._seed(live.run, job, index)
-            await self.qpus[chosen].queue.put(
-                QueuedJob(
-                    job,
-                    est.transpiled,
-                    msg.shots,
-                    seed,
-                    done,
-                    mitigation=stack if stack and stack != "none" else None,
-                    circuits=msg.circuits,
-                )
-            )
-            try:
-                execution = await done
-            finally:
-                self.dispatcher.kick()  # the QPU is free: jobs waiting for it may be bound now
-            self.qpu_waits.pop(job.id, None)
-            self._do(QpuJobFinished(job.id, list(execution.methods), execution.counts))
-        except asyncio.CancelledError:
-            self.qpu_waits.pop(job.id, None)
-            self._do(QpuJobCancelled(job.id))
-        except Exception as exc:
-            self._do(QpuJobFailed(job.id, type(exc).__name__, str(exc)))
-        finally:
-            if estimating:
-                self.estimating -= 1
-
-    async def _place(
-        self,
-        options: dict[str, Any],
-        job: JobRecord,
-        msg: P.Sample,
-        qpus: list[SimulatedQPU],
-        estimates: list[Any],
-    ) -> tuple[str, Any, str]:
-        """The QPU the job goes to, its estimate there, and the cause its event shows."""
-        by_name = {e.device: e for e in estimates}
-        candidates = [
-            Candidate(q.name, by_name[q.name].fidelity, q.expected_wait_s()) for q in qpus
-        ]
-        policy = options.get("placement", self.placement)
-        priority = options.get("priority", "balanced")
-        if policy == "qonductor" and len(candidates) > 1:
-            name = await self.dispatcher.place(
-                job.id,
-                msg.num_qubits,
-                {c.qpu: (c.fidelity, by_name[c.qpu].duration_s) for c in candidates},
-                priority,
-            )
-        else:
-            name = place(candidates, policy, priority).qpu
-        est = by_name[name]
-        cause = (
-            f"on {name} (estimated fidelity {est.fidelity:.3f}, "
-            f"{len(candidates)} candidates, policy {policy})"
-        )
-        return name, est, cause
-
-    async def _estimate(self, msg: P.Sample, qpu: SimulatedQPU) -> Any:
-        """The job's estimate on one QPU (remembered per circuits and calibration)."""
-        key = (msg.fingerprint, qpu.name, qpu.info.get("calibration_id"))
-        cached = self.estimates.get(key) if msg.fingerprint else None
-        if cached is not None:
-            return cached
-        estimate = await self.ex.estimate(msg.circuits, qpu.name)
-        return self.estimates.put(key, estimate) if msg.fingerprint else estimate
-
-    async def _step_plan(self, job: JobRecord, msg: P.Sample) -> dict[str, Any] | None:
-        """The plan this step runs with: its first QPU job makes the plans and the machine
-        chooses (or asks the user); the step's other jobs (a hybrid loop) wait for the same."""
-        key = (job.workflow_id, msg.step_id)
-        future = self.step_plans.get(key)
-        if future is None:
-            future = asyncio.get_running_loop().create_future()
-            self.step_plans[key] = future
-            plans = await self._plans(msg) if self.ex.plan is not None else []
-            self._do(PlansReady(job.id, plans))
-        return await asyncio.shield(future)
-
-    async def _plans(self, msg: P.Sample) -> list[dict[str, Any]]:
-        """The resource plans of a step's circuits (remembered per circuits, shots and the
-        fleet's calibrations); ``[{"error": ...}]`` when they cannot be made."""
-        assert self.ex.plan is not None
-        calibrations = tuple(
-            sorted((n, q.info.get("calibration_id")) for n, q in self.qpus.items())
-        )
-        key = (msg.fingerprint, msg.shots, calibrations)
-        cached = self.plans.get(key) if msg.fingerprint else None
-        if cached is not None:
-            return [dict(p) for p in cached]
-        try:
-            plans = await self.ex.plan(msg.circuits, msg.shots)
-        except Exception as exc:  # a lost worker: advice missing, job goes on
-            return [{"error": f"{type(exc).__name__}: {exc}"}]
-        if msg.fingerprint and plans and "error" not in plans[0]:
-            self.plans.put(key, [dict(p) for p in plans])
-        return plans
+        """A step called sample() (or a primitive ran a PUB): its QPU job (``qpu_jobs``)."""
+        self.quantum.submit(msg, identity, rid, reply_as)
 
     async def plans_asked(self, workflow_id: str, step_id: int, timeout: float) -> None:
         """Wait (up to ``timeout``) until the step asks for a plan, while it still may: it has
@@ -489,12 +312,21 @@ class JobManager:
             for q in self.qpus.values()
         ]
 
-    def _seed(self, run: WorkflowRun, job: JobRecord, index: int) -> int | None:
-        """Per-job simulator seed derived from the workflow's --seed: reproducible runs."""
-        base = self.machine.live[run.id].options.get("seed")
-        if base is None:
-            return None
-        return (int(base) * 1_000_003 + (job.step_id or 0) * 1009 + index) % (2**31)
-
     def qpu_job_started(self, job: JobRecord) -> None:
         self._do(QpuJobStarted(job.id))
+
+
+def _report(job: JobRecord | None) -> P.QpuJobReport | None:
+    if job is None:
+        return None
+    return P.QpuJobReport(
+        job_id=job.id,
+        qpu=job.qpu or "",
+        mitigation=job.mitigation or "none",
+        est_fidelity=job.est_fidelity,
+        method=job.method or "",
+        shots=job.shots or 0,
+        num_circuits=job.num_circuits or 0,
+        queue_s=job.queue_seconds,
+        run_s=job.run_seconds,
+    )

@@ -128,6 +128,7 @@ class JobRecord:
     error: str | None = None
     parent: str | None = None
     method: str | None = None  # how a QPU job was executed (simulation method, or a real backend)
+    mitigation: str | None = None  # a QPU job's mitigation stack ("none" unmitigated)
     # Resource plans of a quantum step's first QPU job (estimator.plans), best first, as dicts;
     # or [{"error": ...}] when they could not be made (the job runs anyway).
     plans: list[dict[str, Any]] | None = None
@@ -196,6 +197,7 @@ class JobRecord:
             "error": self.error,
             "parent": self.parent,
             "method": self.method,
+            "mitigation": self.mitigation,
             "plans": self.plans,
             "worker": self.worker,
         }

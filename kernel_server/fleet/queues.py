@@ -26,18 +26,36 @@ class QueuedJob:
     done: asyncio.Future
     mitigation: str | None = None  # the chosen plan's stack; None runs the transpiled circuits
     circuits: bytes | None = None  # the step's own circuits, which a mitigation stack rebuilds
+    parameter_values: bytes = b""  # rows bound into every circuit (wire.circuits), "" none
+    # A Session's job: it goes ahead of the jobs that are not (see JobQueue.get's fairness rule).
+    session: str = ""
     # Another user's job (background load): it only occupies the QPU for this many seconds.
     background_s: float | None = None
 
 
+# A Session's jobs go ahead of others, but at most this many in a row while others wait; and
+# after one of its jobs the QPU waits at most SESSION_HOLD_S for its next one before it serves
+# the others (the interactive loop's classical step between two jobs is usually much shorter).
+SESSION_STREAK = 10
+SESSION_HOLD_S = 1.0
+
+
 class JobQueue:
-    """A QPU's first-in first-out queue of waiting jobs: ``asyncio.Queue``'s methods that the
-    fleet uses, plus a look at what waits (a job's position), which ``asyncio.Queue`` keeps private.
+    """A QPU's queue of waiting jobs, first in first out except for Sessions.
+
+    A Session books the QPU it was placed on: its next job goes ahead of the others, and for
+    ``hold_s`` after one of its jobs ends the QPU waits for its next one rather than start another
+    user's. The fairness rule bounds both: after ``streak`` of its jobs in a row while others
+    waited, the oldest other job runs, and a hold never lasts longer than ``hold_s``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, streak: int = SESSION_STREAK, hold_s: float = SESSION_HOLD_S) -> None:
         self._items: deque[QueuedJob] = deque()
         self._nonempty = asyncio.Event()  # set while a job may be waiting
+        self.streak_limit, self.hold_s = streak, hold_s
+        self.session = ""  # the Session of the last job taken ("" none)
+        self.streak = 0  # its jobs taken in a row while others waited
+        self.session_ended_at = 0.0  # loop time its last job ended (QpuRunner says)
 
     def put_nowait(self, item: QueuedJob) -> None:
         self._items.append(item)
@@ -46,11 +64,44 @@ class JobQueue:
     async def put(self, item: QueuedJob) -> None:
         self.put_nowait(item)
 
+    def _next(self) -> QueuedJob | None:
+        """The job to run now, or None while the QPU holds for its Session's next job."""
+        mine = [i for i in self._items if self.session and i.session == self.session]
+        others = len(self._items) - len(mine)
+        if mine and (self.streak < self.streak_limit or not others):
+            item = mine[0]
+            self.streak = self.streak + 1 if others else 0
+        elif self.session and others and self.streak < self.streak_limit and self._holding():
+            return None
+        else:
+            item = self._items[0]
+            self.session, self.streak = item.session, 0
+        self._items.remove(item)
+        return item
+
+    def _holding(self) -> bool:
+        loop = asyncio.get_running_loop()
+        return loop.time() < self.session_ended_at + self.hold_s
+
+    def job_ended(self, item: QueuedJob) -> None:
+        """The runner finished ``item``: a Session's hold starts now."""
+        if item.session and item.session == self.session:
+            self.session_ended_at = asyncio.get_running_loop().time()
+
     async def get(self) -> QueuedJob:
-        while not self._items:
+        while True:
+            item = self._next() if self._items else None
+            if item is not None:
+                return item
             self._nonempty.clear()
-            await self._nonempty.wait()
-        return self._items.popleft()
+            if not self._items:
+                await self._nonempty.wait()
+                continue
+            remaining = self.session_ended_at + self.hold_s - asyncio.get_running_loop().time()
+            try:  # holding for the Session: wake at its next job or when the hold runs out
+                await asyncio.wait_for(self._nonempty.wait(), max(remaining, 0.0))
+            except asyncio.TimeoutError:
+                self.session = ""
 
     def get_nowait(self) -> QueuedJob:
         if not self._items:
@@ -64,8 +115,9 @@ class JobQueue:
         return not self._items
 
     def waiting(self) -> list[QueuedJob]:
-        """The jobs in the queue, first to run first."""
-        return list(self._items)
+        """The jobs in the queue, first to run first (a Session's ahead of the others)."""
+        mine = [i for i in self._items if self.session and i.session == self.session]
+        return mine + [i for i in self._items if not (self.session and i.session == self.session)]
 
 
 @dataclass
@@ -153,8 +205,8 @@ class SimulatedQPU:
         }
 
 
-# (QPU, transpiled circuits, shots, seed, mitigation stack or None, original circuits or None)
-Executor = Callable[[str, bytes, int, int | None, str | None, bytes | None], Awaitable[Any]]
+# Runs a queued job on the named QPU.
+Executor = Callable[[str, QueuedJob], Awaitable[Any]]
 OnStart = Callable[[JobRecord], None]
 
 
@@ -175,9 +227,7 @@ async def qpu_runner(qpu: SimulatedQPU, execute: Executor, on_start: OnStart) ->
         try:
             on_start(item.job)
             t0 = time.perf_counter()
-            result = await execute(
-                qpu.name, item.transpiled, item.shots, item.seed, item.mitigation, item.circuits
-            )
+            result = await execute(qpu.name, item)
             qpu.record_run(time.perf_counter() - t0)
             item.job.worker = getattr(result, "worker", None) or item.job.worker
             if not item.done.done():
@@ -189,6 +239,7 @@ async def qpu_runner(qpu: SimulatedQPU, execute: Executor, on_start: OnStart) ->
                 item.done.set_exception(exc)
         finally:
             qpu.running, qpu.running_since = None, None
+            qpu.queue.job_ended(item)
 
 
 async def background_arrivals(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from kernel_server.tasks.process import others_may_run
@@ -64,21 +65,38 @@ class WorkerLink:
         self.sock.close()
 
     def request(self, message: Message) -> Any:
-        rid = new_request_id()
-        frames = encode(message, self.signer, rid)
-        try:
-            check_size(frames, self.max_payload_bytes)
-        except RequestTooLarge as exc:
-            raise QuantumCallError(str(exc)) from None
-        self.sock.send_multipart(frames)
+        reply = self.request_all([message])[0]
+        if isinstance(reply, QuantumCallError):
+            raise reply
+        return reply
+
+    def request_all(self, messages: Sequence[Message]) -> list[Any]:
+        """Send every message at once and wait for all their replies (in the same order): the
+        PUBs of one primitive call run side by side. A refused or failed one gives its
+        QuantumCallError in its place; the others are kept."""
+        rids = []
+        for message in messages:
+            rid = new_request_id()
+            frames = encode(message, self.signer, rid)
+            try:
+                check_size(frames, self.max_payload_bytes)
+            except RequestTooLarge as exc:
+                raise QuantumCallError(str(exc)) from None
+            rids.append((rid, frames))
+        for _, frames in rids:
+            self.sock.send_multipart(frames)
+        replies: dict[str, Any] = {}
         with others_may_run():
-            while True:
+            while len(replies) < len(rids):
                 env = decode(self.sock.recv_multipart(), self.signer)
-                if env.request_id != rid:
+                if env.request_id not in {rid for rid, _ in rids}:
                     continue  # a late reply to an abandoned request
                 if isinstance(env.message, ErrorReply):
-                    raise QuantumCallError(f"{env.message.type}: {env.message.message}")
-                return env.message
+                    error = f"{env.message.type}: {env.message.message}"
+                    replies[env.request_id] = QuantumCallError(error)
+                else:
+                    replies[env.request_id] = env.message
+        return [replies[rid] for rid, _ in rids]
 
 
 def get_link(capability: str) -> WorkerLink:

@@ -26,6 +26,7 @@ from kernel_server.core.circuits import (
     circuit_for_estimate,
 )
 from kernel_server.tasks.link import QuantumCallError, get_link
+from kernel_server.wire.calls import CallResult, QuantumCall
 from kernel_server.wire.messages import Sample
 
 
@@ -102,6 +103,46 @@ def make_primitives(
         )
         return cloudpickle.loads(reply.results)
 
+    def execute(calls: list[QuantumCall]) -> list[Any]:
+        """Each call one QPU job, all sent at once; each job's counts (circuit-major over the
+        rows of its parameter values) and report, or the error that refused or failed it."""
+        from kernel_server.wire.circuits import (
+            CircuitFormatError,
+            dump_circuits,
+            dump_parameter_values,
+        )
+
+        messages = []
+        for call in calls:
+            try:
+                circuits = dump_circuits(call.circuits)
+            except CircuitFormatError as exc:
+                raise QuantumCallError(str(exc)) from None
+            values = (
+                b""
+                if call.parameter_values is None
+                else dump_parameter_values(call.parameter_values)
+            )
+            messages.append(
+                Sample(
+                    workflow_id=workflow_id,
+                    step_id=step_id,
+                    circuits=circuits,
+                    shots=call.shots,
+                    parameter_values=values,
+                    qpus=list(call.qpus),
+                    session=call.session,
+                    stacks=list(call.stacks),
+                )
+            )
+        replies = get_link(capability).request_all(messages)
+        return [
+            reply
+            if isinstance(reply, QuantumCallError)
+            else CallResult(cloudpickle.loads(reply.results), reply.report, workflow_id)
+            for reply in replies
+        ]
+
     def sample(circuits: Any, shots: int | None = None) -> Any:
         """Run circuit(s) on a QPU chosen by the orchestrator; return counts dict(s)."""
         batch, single = check_circuits(circuits, _argument_text(1))
@@ -123,4 +164,4 @@ def make_primitives(
             values.append(expectation_from_counts(obs, [g for _, g in pairs], counts))
         return values[0] if single else values
 
-    return {"sample": sample, "estimate": estimate}
+    return {"sample": sample, "estimate": estimate, "execute": execute}

@@ -30,6 +30,33 @@ class DeviceEstimate:
     seconds: float  # how long estimating took (transpilation dominates)
 
 
+def describe_backend(name: str, fleet: list[str]) -> tuple[str, str, int, list[str], bytes]:
+    """(name, kind, width, member QPUs, cloudpickled Target) of a fleet device or template
+    (by its name, "Falcon-27", or its backend's, "template_falcon_27"); ValueError naming the
+    valid ones otherwise."""
+    from kernel_server.backends.devices import load_backend
+
+    if name in fleet:
+        backend = load_backend(name)
+        return name, "device", backend.num_qubits, [name], cloudpickle.dumps(backend.target)
+    from kernel_server.estimator.plans import templates_for
+
+    templates = templates_for(fleet)
+    for template in templates.values():
+        if name in (template.name, template.as_backend().name):
+            return (
+                template.name,
+                "template",
+                template.num_qubits,
+                list(template.members),
+                cloudpickle.dumps(template.target),
+            )
+    raise ValueError(
+        f"no device or template {name!r} in the fleet; devices: {', '.join(fleet)}; "
+        f"templates: {', '.join(templates)}"
+    )
+
+
 def device_catalogue(names: list[str]) -> list[dict[str, Any]]:
     from kernel_server.backends.devices import device_info
 
@@ -45,8 +72,14 @@ def _mitigated_by_hand(circuits: list[Any]) -> bool:
     )
 
 
-def estimate_on_device(circuits_blob: bytes, device: str, seed: int = 0) -> DeviceEstimate:
+def estimate_on_device(
+    circuits_blob: bytes, device: str, seed: int = 0, rows: int = 1
+) -> DeviceEstimate:
     """Transpile each circuit for the device; numerical fidelity (mean) and duration (sum).
+
+    ``rows`` parameter sets are bound into every circuit where the job runs: the circuits are
+    transpiled once (unbound) and the job counts ``rows`` times as many. ISA circuits (with a
+    layout) keep it (``backends.isa``); one that does not fit the device raises IsaMismatch.
 
     Circuits a cell mitigated by hand (ZNE.apply, REM.apply: tagged in their metadata) are laid
     out once, on the first circuit's qubits, and compiled at level 0 as the stacks' own runs are:
@@ -54,35 +87,48 @@ def estimate_on_device(circuits_blob: bytes, device: str, seed: int = 0) -> Devi
     survive compilation.
     """
     from kernel_server.backends.devices import load_backend
-    from kernel_server.estimator.numerical import fidelity_and_duration, numerical_estimate
+    from kernel_server.estimator.numerical import numerical_estimate
     from kernel_server.wire.circuits import register_reducers
 
     register_reducers()  # the transpiled circuits travel back to the orchestrator
     t0 = time.perf_counter()
     backend = load_backend(device)
     circuits = load_circuits(circuits_blob)
+    if all(getattr(c, "layout", None) is not None for c in circuits):
+        from kernel_server.backends.isa import compile_isa
+
+        compiled = [compile_isa(c, backend) for c in circuits]
+        return _estimate_compiled(device, compiled, backend, rows, t0)
     if _mitigated_by_hand(circuits):
         from kernel_server.backends.compile import choose_layout, transpile_mitigated
 
         layout = choose_layout(circuits[0], backend)
         compiled = [transpile_mitigated(c, backend, layout) for c in circuits]
-        measured = [fidelity_and_duration(c, backend.target) for c in compiled]
-        fidelity = sum(f for f, _ in measured) / len(measured)
-        duration = sum(d for _, d in measured)
-        return DeviceEstimate(
-            device,
-            fidelity,
-            duration,
-            cloudpickle.dumps(compiled),
-            len(compiled),
-            time.perf_counter() - t0,
-        )
+        return _estimate_compiled(device, compiled, backend, rows, t0)
     estimates = [numerical_estimate(c, backend, seed=seed) for c in circuits]
     fidelity = sum(e.fidelity for e in estimates) / len(estimates)
-    duration = sum(e.duration_s for e in estimates)
+    duration = sum(e.duration_s for e in estimates) * rows
     transpiled = cloudpickle.dumps([e.transpiled for e in estimates])
     return DeviceEstimate(
-        device, fidelity, duration, transpiled, len(estimates), time.perf_counter() - t0
+        device, fidelity, duration, transpiled, len(estimates) * rows, time.perf_counter() - t0
+    )
+
+
+def _estimate_compiled(
+    device: str, compiled: list[Any], backend: Any, rows: int, t0: float
+) -> DeviceEstimate:
+    from kernel_server.estimator.numerical import fidelity_and_duration
+
+    measured = [fidelity_and_duration(c, backend.target) for c in compiled]
+    fidelity = sum(f for f, _ in measured) / len(measured)
+    duration = sum(d for _, d in measured) * rows
+    return DeviceEstimate(
+        device,
+        fidelity,
+        duration,
+        cloudpickle.dumps(compiled),
+        len(compiled) * rows,
+        time.perf_counter() - t0,
     )
 
 
@@ -96,24 +142,38 @@ class Execution:
     worker: str = ""  # where it ran: a Dask worker's address or local:<pid>
 
 
+def _rows(parameter_values: bytes) -> Any:
+    if not parameter_values:
+        return None
+    from kernel_server.wire.circuits import load_parameter_values
+
+    return load_parameter_values(parameter_values)
+
+
 def execute_on_device(
-    device: str, transpiled_blob: bytes, shots: int, seed: int | None
+    device: str,
+    transpiled_blob: bytes,
+    shots: int,
+    seed: int | None,
+    parameter_values: bytes = b"",
 ) -> Execution:
-    """Run the transpiled circuits with the device's noise."""
+    """Run the transpiled circuits with the device's noise, each bound with every row of
+    ``parameter_values`` (circuit-major) where there are rows."""
     from kernel_server.tasks.process import EXCLUSIVE
 
     with EXCLUSIVE:  # see tasks.process: a Dask worker also runs steps in this process
-        return _execute_on_device(device, transpiled_blob, shots, seed)
+        return _execute_on_device(device, transpiled_blob, shots, seed, parameter_values)
 
 
 def _execute_on_device(
-    device: str, transpiled_blob: bytes, shots: int, seed: int | None
+    device: str, transpiled_blob: bytes, shots: int, seed: int | None, parameter_values: bytes
 ) -> Execution:
     from kernel_server.backends.aer_sim import run_noisy_detailed
     from kernel_server.backends.devices import load_backend
+    from kernel_server.wire.circuits import bind_rows
 
     backend = load_backend(device)
-    circuits = cloudpickle.loads(transpiled_blob)
+    circuits = bind_rows(cloudpickle.loads(transpiled_blob), _rows(parameter_values))
     results, methods = [], []
     for i, circuit in enumerate(circuits):
         run = run_noisy_detailed(backend, circuit, shots, seed=None if seed is None else seed + i)
@@ -130,22 +190,35 @@ def plan_step(
     shots: int,
     k: int = PLAN_LIMIT,
     prices: dict[str, Any] | None = None,
+    stacks: tuple[str, ...] = (),
+    parameter_values: bytes = b"",
 ) -> list[dict]:
     """Resource plans for a quantum step's first circuit over the fleet's templates, best-first,
     each with the template's member QPUs (``members``) so the job can run where the plan says.
 
-    A circuit the estimator cannot take (a gate mitiq cannot convert, a model file missing)
-    gives ``[{"error": ...}]``: the job then runs unmitigated on the scheduler's choice.
+    ``stacks`` narrows the mitigation stacks (a primitive's resilience options); a parametrized
+    circuit is planned with its first row of values bound, an ISA circuit over the templates of
+    its width only (it runs where it is laid out). A circuit the estimator cannot take (a gate
+    mitiq cannot convert, a model file missing) gives ``[{"error": ...}]``: the job then runs
+    unmitigated on the scheduler's choice.
     """
     from kernel_server.estimator.plans import resource_plans, templates_for
+    from kernel_server.wire.circuits import bind_rows
 
     try:
         circuits = load_circuits(circuits_blob)
-        circuit = circuits[0]
+        values = _rows(parameter_values)
+        circuit = bind_rows(circuits[:1], None if values is None else values[:1])[0]
         templates = templates_for(fleet)
+        if getattr(circuit, "layout", None) is not None:
+            templates = {
+                name: t for name, t in templates.items() if t.num_qubits == circuit.num_qubits
+            }
         # Mitigation the cell applied by hand pins that part of the plan: only unmitigated
         # plans (QPU template and accelerator still chosen by the estimator).
         pinned: dict[str, Any] = {"stacks": ("none",)} if _mitigated_by_hand(circuits) else {}
+        if stacks:
+            pinned = {"stacks": tuple(stacks)}
         plans = resource_plans(
             circuit, k, backends=templates.values(), shots=shots, prices=prices, **pinned
         )
@@ -171,30 +244,58 @@ def counts_from_distribution(distribution: dict[str, float], shots: int) -> dict
     return {k: v for k, v in sorted(counts.items()) if v > 0}
 
 
+def bind_transpiled(transpiled_blob: bytes, parameter_values: bytes) -> bytes:
+    """Transpiled circuits bound with every row (for backends that take bound circuits only)."""
+    from kernel_server.wire.circuits import bind_rows, register_reducers
+
+    register_reducers()
+    return cloudpickle.dumps(bind_rows(cloudpickle.loads(transpiled_blob), _rows(parameter_values)))
+
+
 def execute_mitigated(
-    device: str, circuits_blob: bytes, stack: str, shots: int, seed: int | None
+    device: str,
+    circuits_blob: bytes,
+    stack: str,
+    shots: int,
+    seed: int | None,
+    parameter_values: bytes = b"",
 ) -> Execution:
-    """Run each circuit with a mitigation stack on the device's noise; the mitigated outcome
-    distribution comes back as counts (``counts_from_distribution``)."""
+    """Run each circuit (bound with each row of ``parameter_values``) with a mitigation stack on
+    the device's noise; the mitigated outcome distribution comes back as counts
+    (``counts_from_distribution``)."""
     from kernel_server.tasks.process import EXCLUSIVE
 
     with EXCLUSIVE:  # see tasks.process
-        return _execute_mitigated(device, circuits_blob, stack, shots, seed)
+        return _execute_mitigated(device, circuits_blob, stack, shots, seed, parameter_values)
 
 
 def _execute_mitigated(
-    device: str, circuits_blob: bytes, stack: str, shots: int, seed: int | None
+    device: str,
+    circuits_blob: bytes,
+    stack: str,
+    shots: int,
+    seed: int | None,
+    parameter_values: bytes,
 ) -> Execution:
     from kernel_server.backends.devices import load_backend
     from kernel_server.estimator.mitigation.run import run_mitigated_detailed
+    from kernel_server.wire.circuits import bind_rows
 
     backend = load_backend(device)
-    circuits = load_circuits(circuits_blob)
+    circuits = bind_rows(load_circuits(circuits_blob), _rows(parameter_values))
     results = []
     for i, circuit in enumerate(circuits):
+        layout = None
+        if getattr(circuit, "layout", None) is not None:
+            # An ISA circuit keeps its qubits: the stack works on its active part, placed there
+            # (mitigating the full-width circuit would pad every qubit of the device).
+            from kernel_server.backends.aer_sim import compact_circuit
+
+            compact = compact_circuit(circuit)
+            circuit, layout = compact.circuit, compact.physical_qubits
         run = run_mitigated_detailed(
             circuit, backend, stack, shots, seed=None if seed is None else seed + i,
-            per_outcome=True,
+            per_outcome=True, layout=layout,
         )  # fmt: skip
         results.append(counts_from_distribution(dict(run.value), shots))
     from kernel_server.tasks.process import worker_address

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copyreg
 import hashlib
 import io
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -88,3 +89,79 @@ def read_circuits(blob: bytes) -> tuple[int, str]:
     """The width (qubits of the widest circuit) and fingerprint of sent circuits."""
     circuits = load_circuits(blob)
     return max(c.num_qubits for c in circuits), fingerprint(circuits)
+
+
+def dump_parameter_values(values: Any) -> bytes:
+    """A (rows, parameters) float array as it travels with a PUB's circuits: ``.npy`` bytes."""
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(values, dtype=np.float64), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def load_parameter_values(blob: bytes) -> Any:
+    """The array of ``dump_parameter_values``; CircuitFormatError for anything else."""
+    import numpy as np
+
+    try:
+        values = np.load(io.BytesIO(blob), allow_pickle=False)
+    except Exception as exc:  # not an .npy document (numpy raises several types)
+        raise CircuitFormatError(f"the parameter values could not be read: {exc}") from None
+    if values.ndim != 2 or values.dtype != np.float64 or values.shape[0] < 1:
+        raise CircuitFormatError(
+            f"parameter values must be a float64 array of shape (rows, parameters), got "
+            f"{values.dtype} {values.shape}"
+        )
+    return values
+
+
+def bind_rows(circuits: list[Any], values: Any) -> list[Any]:
+    """Every circuit bound with every row (circuit-major), in ``circuit.parameters`` order."""
+    if values is None:
+        return list(circuits)
+    bound = []
+    for circuit in circuits:
+        parameters = list(circuit.parameters)
+        for row in values:
+            if not parameters:
+                bound.append(circuit)
+                continue
+            bound.append(circuit.assign_parameters(dict(zip(parameters, row, strict=True))))
+    return bound
+
+
+@dataclass(frozen=True)
+class CircuitFacts:
+    """What the orchestrator reads off a quantum call's circuits (never taken from the caller)."""
+
+    num_qubits: int
+    fingerprint: str
+    rows: int  # parameter sets bound into each circuit
+    isa: bool  # transpiled circuits (a layout): they keep it
+
+
+def read_call(blob: bytes, values_blob: bytes = b"") -> CircuitFacts:
+    """Width, fingerprint, rows and ISA-ness of a call's circuits; CircuitFormatError when the
+    parameter values do not fit them (a parametrized circuit needs one value per parameter)."""
+    circuits = load_circuits(blob)
+    rows = 1
+    if values_blob:
+        values = load_parameter_values(values_blob)
+        rows = int(values.shape[0])
+        for circuit in circuits:
+            if circuit.num_parameters != values.shape[1]:
+                raise CircuitFormatError(
+                    f"{values.shape[1]} parameter values for a circuit with "
+                    f"{circuit.num_parameters} parameters"
+                )
+    else:
+        unbound = [c for c in circuits if c.num_parameters]
+        if unbound:
+            raise CircuitFormatError("a circuit with parameters was sent without their values")
+    return CircuitFacts(
+        max(c.num_qubits for c in circuits),
+        fingerprint(circuits),
+        rows,
+        all(getattr(c, "layout", None) is not None for c in circuits),
+    )

@@ -39,7 +39,9 @@ class Message(msgspec.Struct, kw_only=True):
             MESSAGES[cls.op] = cls
 
     def to_dict(self) -> dict[str, Any]:
-        return msgspec.structs.asdict(self)
+        # Nested structs (a reply's report) become dicts too; bytes stay bytes for msgpack.
+        body: dict[str, Any] = msgspec.to_builtins(self, builtin_types=(bytes, bytearray))
+        return body
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Message:
@@ -127,6 +129,13 @@ class GetFleet(Message):
     op: ClassVar[str] = "fleet"
 
 
+class DescribeBackend(Message):
+    """A fleet device or template by name, for a kernel's backend view (its Target)."""
+
+    op: ClassVar[str] = "describe_backend"
+    name: Annotated[str, msgspec.Meta(max_length=128)] = ""
+
+
 # Requests from classical workers (quantum calls made inside a step) -------------------------
 
 
@@ -144,10 +153,25 @@ class Sample(Message):
     circuits: bytes = b""
     shots: Shots = 1
     kind: Annotated[str, msgspec.Meta(max_length=32)] = "sample"
+    # Parameter sets bound into every circuit on the QPU, as ``numpy.save`` writes a float64
+    # array of shape (rows, parameters) ("" for bound circuits): a PUB's sweep is one QPU job,
+    # its circuits estimated and transpiled once, the rows bound where they run.
+    parameter_values: bytes = b""
+    # QPUs the call may run on (a pinned device, or a template's members; empty: any eligible).
+    qpus: list[Id] = []
+    # A primitive's Session: its jobs stay on the QPU its first job was placed on.
+    session: Id = ""
+    # Mitigation stacks the plan may use ("none", "rem", "zne+rem", ...; empty: any), set by a
+    # primitive's resilience options.
+    stacks: list[Annotated[str, msgspec.Meta(max_length=64)]] = []
     num_qubits: int = 0
     # wire.circuits.fingerprint of the circuits ("" unknown): what estimates and
     # plans are remembered under.
     fingerprint: str = ""
+    # Rows of parameter values (1 for bound circuits); the orchestrator's, like num_qubits.
+    rows: int = 1
+    # Whether the circuits are ISA circuits (transpiled, with a layout): they keep their layout.
+    isa: bool = False
 
 
 # Replies ------------------------------------------------------------------------------------
@@ -185,10 +209,37 @@ class WorkflowReply(Message):
     info: dict[str, Any] = {}
 
 
+class QpuJobReport(msgspec.Struct, kw_only=True):
+    """What a QPU job was: where it ran, with which plan, how long it queued and ran."""
+
+    job_id: str = ""
+    qpu: str = ""
+    mitigation: str = "none"  # the plan's mitigation stack
+    est_fidelity: float | None = None
+    method: str = ""  # how the QPU executed it (simulation method, or a real backend)
+    shots: int = 0
+    num_circuits: int = 0
+    queue_s: float | None = None
+    run_s: float | None = None
+
+
+class BackendReply(Message):
+    """A device or template of the fleet: its QPUs and its Target (cloudpickled; a Target is
+    no QPY document, and the kernel trusts its orchestrator's replies as it trusts results)."""
+
+    op: ClassVar[str] = "backend"
+    name: str = ""
+    kind: str = "device"  # "device" or "template"
+    num_qubits: int = 0
+    members: list[str] = []
+    target: bytes = b""
+
+
 class SampleReply(Message):
     op: ClassVar[str] = "sample_result"
     results: bytes = b""
     qpu: str = ""
+    report: QpuJobReport | None = None
 
 
 # Events (PUB) --------------------------------------------------------------------------------

@@ -46,7 +46,13 @@ import dataclasses
 from kernel_server.core.graph import Step, StepKind, WorkflowGraph
 
 from .errors import CellSyntaxError, UnsupportedCellError
-from .names import BUILTIN_NAMES, PRIMITIVE_MODULES, QUANTUM_PRIMITIVES
+from .names import (
+    BUILTIN_NAMES,
+    EXECUTOR_FACTORIES,
+    PRIMITIVE_ATTRIBUTES,
+    PRIMITIVE_MODULES,
+    QUANTUM_PRIMITIVES,
+)
 from .scopes import _NO_NOTEBOOK, FunctionInfo, NotebookContext
 
 # notebook_names builds the FunctionInfo of notebook functions with the splitter's own builder.
@@ -57,6 +63,8 @@ from .walker import _Walker
 
 __all__ = [
     "BUILTIN_NAMES",
+    "EXECUTOR_FACTORIES",
+    "PRIMITIVE_ATTRIBUTES",
     "PRIMITIVE_MODULES",
     "QUANTUM_PRIMITIVES",
     "CellSyntaxError",
@@ -71,11 +79,17 @@ __all__ = [
     "split_cell",
 ]
 
-_CellState = tuple[dict[str, FunctionInfo], set[str], set[str]]  # functions, primitives, modules
+# functions, primitives, modules, factories
+_CellState = tuple[dict[str, FunctionInfo], set[str], set[str], set[str]]
 
 
 def _first_walker(notebook: NotebookContext) -> _Walker:
-    return _Walker(notebook.functions, QUANTUM_PRIMITIVES | notebook.primitives, notebook.modules)
+    return _Walker(
+        notebook.functions,
+        QUANTUM_PRIMITIVES | notebook.primitives,
+        notebook.modules,
+        notebook.factories,
+    )
 
 
 def _classify(
@@ -92,7 +106,9 @@ def _classify(
     kinds: list[StepKind] = []
     states: list[_CellState] = []
     for stmt in body:
-        states.append((dict(walker.functions), set(walker.active), set(walker.modules)))
+        states.append(
+            (dict(walker.functions), set(walker.active), set(walker.modules), set(walker.factories))
+        )
         kinds.append(walker.run(stmt))
     # Imported names are modules/library objects, not cell state (``np.zeros(3)``); builtins and
     # primitives the cell never rebinds are never passed in from the notebook either.

@@ -37,10 +37,13 @@ class _ExpressionWalker:
         functions: Mapping[str, FunctionInfo],
         active: set[str] | frozenset[str],
         modules: set[str] | frozenset[str] = frozenset(),
+        factories: set[str] | frozenset[str] = frozenset(),
     ) -> None:
         self.functions = dict(functions)
         self.active = set(active)
-        self.modules = set(modules)  # names bound to a module exporting the primitives
+        # Names bound to a module exporting the primitives, or to an executor (a Sampler...).
+        self.modules = set(modules)
+        self.factories = set(factories)  # names bound to what makes executors (``Sampler``)
         self.bound: set[str] = set()  # names definitely bound so far in this step
         self.reads: set[str] = set()
         self.writes: set[str] = set()

@@ -13,6 +13,13 @@ import ast
 import builtins
 
 QUANTUM_PRIMITIVES: frozenset[str] = frozenset({"sample", "estimate"})
+# Qiskit's primitives on the fleet: an object a factory returns (``Sampler(...)``,
+# ``Estimator(...)``, ``backend(...)``) is an executor, and calling its ``run`` is a quantum call,
+# as ``qj.sample`` is one through a module.
+EXECUTOR_FACTORIES: frozenset[str] = frozenset(
+    {"Sampler", "Estimator", "SamplerV2", "EstimatorV2", "backend"}
+)
+PRIMITIVE_ATTRIBUTES: frozenset[str] = QUANTUM_PRIMITIVES | frozenset({"run"})
 # Modules that export the primitives: ``import qonductor_jupyter as qj; qj.sample(qc)`` and
 # ``from qonductor_jupyter import sample`` call the same thing as the names the magic provides.
 PRIMITIVE_MODULES: frozenset[str] = frozenset({"qonductor_jupyter", "qonductor_jupyter.primitives"})
@@ -70,17 +77,36 @@ def _primitive_import(node: ast.Import | ast.ImportFrom, alias: ast.alias) -> st
         return None
     if alias.name in QUANTUM_PRIMITIVES:
         return alias.name
+    if node.module == "qonductor_jupyter" and alias.name in EXECUTOR_FACTORIES:
+        return "factory"
     if node.module == "qonductor_jupyter" and alias.name == "primitives":
         return "module"
     return None
 
 
 def _primitive_attribute_root(node: ast.AST) -> str | None:
-    """``qj`` for ``qj.sample`` and ``qj.primitives.estimate``: a primitive reached through a
-    module name (whether ``qj`` is such a module is the caller's business)."""
-    if not (isinstance(node, ast.Attribute) and node.attr in QUANTUM_PRIMITIVES):
+    """``qj`` for ``qj.sample`` and ``qj.primitives.estimate``, ``sampler`` for ``sampler.run``: a
+    primitive reached through a module or executor name (whether ``qj`` or ``sampler`` is one is
+    the caller's business)."""
+    if not (isinstance(node, ast.Attribute) and node.attr in PRIMITIVE_ATTRIBUTES):
         return None
     value = node.value
     if isinstance(value, ast.Attribute) and value.attr == "primitives":
         value = value.value
     return value.id if isinstance(value, ast.Name) else None
+
+
+def _factory_call(node: ast.AST, factories: set[str] | frozenset[str], modules: set[str]) -> bool:
+    """``Sampler(...)`` with ``Sampler`` a factory name, or ``qj.Estimator(...)`` through a module
+    that exports the primitives: the value is an executor."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id in factories
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr in EXECUTOR_FACTORIES
+        and isinstance(func.value, ast.Name)
+        and func.value.id in modules
+    )

@@ -57,6 +57,9 @@ class NotebookContext:
     functions: Mapping[str, FunctionInfo] = field(default_factory=dict)
     primitives: frozenset[str] = frozenset()
     modules: frozenset[str] = frozenset()
+    # Names bound to what makes executors (``Sampler``, ``Estimator``, ``backend``); the
+    # executors themselves (a notebook's ``sampler``) are among ``modules``.
+    factories: frozenset[str] = frozenset()
 
 
 _NO_NOTEBOOK = NotebookContext()

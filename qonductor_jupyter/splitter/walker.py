@@ -19,7 +19,7 @@ from kernel_server.core.graph import StepKind
 
 from .errors import UnsupportedCellError
 from .expressions import _DEFINITION, _NESTED, _ExpressionWalker
-from .names import _FUNCTION_NODES, _TRY_NODES, _alias_binding, _primitive_import
+from .names import _FUNCTION_NODES, _TRY_NODES, _alias_binding, _factory_call, _primitive_import
 
 
 class _Walker(_ExpressionWalker):
@@ -76,6 +76,9 @@ class _Walker(_ExpressionWalker):
         self._expr(node.value)
         for target in node.targets:
             self._target(target)
+        if _factory_call(node.value, self.factories, self.modules):
+            # ``sampler = Sampler(mode=...)``: its ``run`` is a quantum call from here on.
+            self.modules.update(t.id for t in node.targets if isinstance(t, ast.Name))
 
     def _on_aug_assign(self, node: ast.AugAssign) -> None:
         if isinstance(node.target, ast.Name):
@@ -112,6 +115,8 @@ class _Walker(_ExpressionWalker):
             kind = _primitive_import(node, alias)
             if kind == "module":
                 self.modules.add(name)
+            elif kind == "factory":
+                self.factories.add(name)
             elif kind is not None:
                 self.active.add(name)  # ``from qonductor_jupyter import sample as run``
 
