@@ -368,6 +368,7 @@ class Orchestrator:
         if self.ibm is not None and device in self.ibm.devices:
             # Through the Sampler as laid out for the device; a plan's mitigation stack is
             # applied on simulated QPUs only (on IBM the job runs unmitigated, and says so).
+            job.job.mitigation = "none"  # what the report says: IBM runs it unmitigated
             transpiled = job.transpiled
             if values:
                 transpiled = await self.loop.run_in_executor(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import threading
 from typing import Any
 
@@ -86,62 +87,58 @@ def install_builtin_primitives() -> None:
             setattr(builtins, name, _builtin_primitive(name))
 
 
+def _sample_message(workflow_id: str, step_id: int, call: QuantumCall) -> Sample:
+    from kernel_server.wire.circuits import (
+        CircuitFormatError,
+        dump_circuits,
+        dump_parameter_values,
+    )
+
+    try:
+        circuits = dump_circuits(call.circuits)
+    except CircuitFormatError as exc:
+        raise QuantumCallError(str(exc)) from None
+    values = b""
+    if call.parameter_values is not None:
+        values = dump_parameter_values(call.parameter_values)
+    return Sample(
+        workflow_id=workflow_id,
+        step_id=step_id,
+        circuits=circuits,
+        shots=call.shots,
+        parameter_values=values,
+        qpus=list(call.qpus),
+        session=call.session,
+        stacks=list(call.stacks),
+    )
+
+
+def execute_calls(
+    workflow_id: str, step_id: int, capability: str, calls: list[QuantumCall]
+) -> list[Any]:
+    """Each call one QPU job of the step, all sent at once; per call its counts (circuit-major
+    over the rows of its parameter values) and report, or the error that refused or failed it."""
+    messages = [_sample_message(workflow_id, step_id, call) for call in calls]
+    replies = get_link(capability).request_all(messages)
+    return [
+        reply
+        if isinstance(reply, QuantumCallError)
+        else CallResult(cloudpickle.loads(reply.results), reply.report, workflow_id)
+        for reply in replies
+    ]
+
+
 def make_primitives(
     workflow_id: str, step_id: int, default_shots: int, capability: str = ""
 ) -> dict[str, Any]:
-    """The ``sample`` and ``estimate`` a step sees."""
+    """The ``sample``, ``estimate`` and ``execute`` (of primitives' PUBs) a step sees."""
+    execute = functools.partial(execute_calls, workflow_id, step_id, capability)
 
     def run(batch: list[Any], shots: int) -> list[Any]:
-        from kernel_server.wire.circuits import CircuitFormatError, dump_circuits
-
-        try:
-            circuits = dump_circuits(batch)
-        except CircuitFormatError as exc:
-            raise QuantumCallError(str(exc)) from None
-        reply = get_link(capability).request(
-            Sample(workflow_id=workflow_id, step_id=step_id, circuits=circuits, shots=shots)
-        )
-        return cloudpickle.loads(reply.results)
-
-    def execute(calls: list[QuantumCall]) -> list[Any]:
-        """Each call one QPU job, all sent at once; each job's counts (circuit-major over the
-        rows of its parameter values) and report, or the error that refused or failed it."""
-        from kernel_server.wire.circuits import (
-            CircuitFormatError,
-            dump_circuits,
-            dump_parameter_values,
-        )
-
-        messages = []
-        for call in calls:
-            try:
-                circuits = dump_circuits(call.circuits)
-            except CircuitFormatError as exc:
-                raise QuantumCallError(str(exc)) from None
-            values = (
-                b""
-                if call.parameter_values is None
-                else dump_parameter_values(call.parameter_values)
-            )
-            messages.append(
-                Sample(
-                    workflow_id=workflow_id,
-                    step_id=step_id,
-                    circuits=circuits,
-                    shots=call.shots,
-                    parameter_values=values,
-                    qpus=list(call.qpus),
-                    session=call.session,
-                    stacks=list(call.stacks),
-                )
-            )
-        replies = get_link(capability).request_all(messages)
-        return [
-            reply
-            if isinstance(reply, QuantumCallError)
-            else CallResult(cloudpickle.loads(reply.results), reply.report, workflow_id)
-            for reply in replies
-        ]
+        (result,) = execute([QuantumCall(batch, shots)])
+        if isinstance(result, QuantumCallError):
+            raise result
+        return list(result.counts)
 
     def sample(circuits: Any, shots: int | None = None) -> Any:
         """Run circuit(s) on a QPU chosen by the orchestrator; return counts dict(s)."""
@@ -150,18 +147,28 @@ def make_primitives(
         return results[0] if single else results
 
     def estimate(circuit: Any, observables: Any, shots: int | None = None) -> Any:
-        """Expectation value(s) of observable(s) on the circuit's state, measured on a QPU."""
-        from kernel_server.backends.observables import expectation_from_counts, measurement_circuits
+        """Expectation value(s) of observable(s) on the circuit's state, measured on a QPU: one
+        QPU job for all of them (an Estimator PUB: their terms grouped into measurement bases,
+        ``shots`` per basis)."""
+        from qiskit.primitives.containers.estimator_pub import EstimatorPub
+
+        from kernel_server.backends.observables import as_observable
+        from kernel_server.core.pubs import estimator_data, estimator_job
 
         circuit = circuit_for_estimate(circuit, _argument_text(1))
         n_shots = check_shots(shots) or default_shots
         single = not isinstance(observables, list)
         obs_list = [observables] if single else observables
-        values = []
-        for obs in obs_list:
-            pairs = measurement_circuits(circuit, obs)
-            counts = run([c for c, _ in pairs], n_shots)
-            values.append(expectation_from_counts(obs, [g for _, g in pairs], counts))
+        operators = [as_observable(obs, circuit.num_qubits) for obs in obs_list]
+        pub = EstimatorPub.coerce((circuit, operators))
+        job = estimator_job(pub, n_shots)
+        counts: list[dict[str, int]] = []
+        if job.templates:
+            (result,) = execute([QuantumCall(job.templates, n_shots)])
+            if isinstance(result, QuantumCallError):
+                raise result
+            counts = result.counts
+        values = [float(v) for v in estimator_data(pub, job, counts).evs]
         return values[0] if single else values
 
     return {"sample": sample, "estimate": estimate, "execute": execute}

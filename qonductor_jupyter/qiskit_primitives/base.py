@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from kernel_server.core.isa import isa_misfit
+from kernel_server.core.pubs import PubJob
 from kernel_server.wire.calls import QuantumCall
 
 from .execution import (
@@ -21,7 +22,6 @@ from .job import QonductorJob
 from .modes import pin_of, resolve_mode
 from .options import make_options
 from .pin import Pin
-from .pubs import PubJob
 
 
 class FleetPrimitive:

@@ -17,10 +17,11 @@ from typing import Any
 from qiskit.primitives import BaseEstimatorV2, PubResult
 from qiskit.primitives.containers.estimator_pub import EstimatorPub, EstimatorPubLike
 
+from kernel_server.core.pubs import PubJob, estimator_data, estimator_job, precision_shots
+
 from .base import FleetPrimitive
 from .job import QonductorJob
 from .options import EstimatorOptions
-from .pubs import PubJob, estimator_data, estimator_job, precision_shots
 
 
 class Estimator(FleetPrimitive, BaseEstimatorV2):

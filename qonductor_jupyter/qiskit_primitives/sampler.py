@@ -16,10 +16,11 @@ from typing import Any
 from qiskit.primitives import BaseSamplerV2, SamplerPubResult
 from qiskit.primitives.containers.sampler_pub import SamplerPub, SamplerPubLike
 
+from kernel_server.core.pubs import PubJob, sampler_data, sampler_job
+
 from .base import FleetPrimitive
 from .job import QonductorJob
 from .options import SamplerOptions
-from .pubs import PubJob, sampler_data, sampler_job
 
 
 class Sampler(FleetPrimitive, BaseSamplerV2):

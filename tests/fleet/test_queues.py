@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from kernel_server.core.jobs import JobRecord, JobState
-from kernel_server.fleet.queues import QueuedJob, SimulatedQPU
+from kernel_server.fleet.queues import JobQueue, QueuedJob, SimulatedQPU
 
 pytestmark = pytest.mark.unit
 
@@ -34,5 +34,64 @@ def test_jobs_leave_in_order_a_getter_waits_and_positions_skip_cancelled_jobs() 
         assert [await qpu.queue.get(), qpu.queue.get_nowait()] == [second, third]
         with pytest.raises(asyncio.QueueEmpty):
             qpu.queue.get_nowait()
+
+    asyncio.run(scenario())
+
+
+def session_job(job_id: str, session: str = "") -> QueuedJob:
+    item = queued(job_id)
+    item.session = session
+    return item
+
+
+def test_a_sessions_jobs_go_ahead_within_the_streak_then_the_others_get_their_turn() -> None:
+    async def scenario() -> None:
+        queue = JobQueue(streak=2, hold_s=0.0)
+        first = session_job("s1", "alice:s")
+        queue.put_nowait(first)
+        assert await queue.get() is first  # the session now holds the QPU
+        queue.job_ended(first)
+        other = session_job("o1")
+        queue.put_nowait(other)
+        mine = [session_job(f"s{i}", "alice:s") for i in (2, 3, 4)]
+        for item in mine:
+            queue.put_nowait(item)
+        order = [(await queue.get()).job.id for _ in range(4)]
+        # Two of the session's jobs in a row while another waited, then the other, then its own.
+        assert order == ["s2", "s3", "o1", "s4"]
+
+    asyncio.run(scenario())
+
+
+def test_the_qpu_holds_briefly_for_the_sessions_next_job_and_no_longer() -> None:
+    async def scenario() -> None:
+        queue = JobQueue(streak=10, hold_s=0.3)
+        first = session_job("s1", "alice:s")
+        queue.put_nowait(first)
+        await queue.get()
+        queue.job_ended(first)
+        queue.put_nowait(session_job("o1"))
+        getter = asyncio.ensure_future(queue.get())
+        await asyncio.sleep(0.1)
+        assert not getter.done()  # held for the session's next job
+        queue.put_nowait(session_job("s2", "alice:s"))
+        assert (await asyncio.wait_for(getter, 1)).job.id == "s2"
+        queue.job_ended(session_job("s2", "alice:s"))
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        # No next job from the session: the other job starts when the hold runs out.
+        assert (await asyncio.wait_for(queue.get(), 2)).job.id == "o1"
+        assert 0.2 < loop.time() - start < 1.0
+
+    asyncio.run(scenario())
+
+
+def test_without_sessions_the_queue_is_first_in_first_out() -> None:
+    async def scenario() -> None:
+        queue = JobQueue()
+        items = [session_job(str(i)) for i in range(5)]
+        for item in items:
+            queue.put_nowait(item)
+        assert [await queue.get() for _ in items] == items
 
     asyncio.run(scenario())
