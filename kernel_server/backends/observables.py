@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 import numpy as np
-from qiskit import ClassicalRegister, QuantumCircuit
+from qiskit import QuantumCircuit
 from qiskit.quantum_info import SparsePauliOp
+
+from kernel_server.core.pubs import measure_in_basis
 
 # Name of the register the measurement circuits add; its bits are the group's measured qubits.
 MEASURE_REGISTER = "pauli_meas"
@@ -104,17 +106,7 @@ def measurement_circuits(
                     basis_of[q] = "Y" if (x and z) else ("X" if x else "Z")
         qubits = tuple(sorted(basis_of))
         basis = tuple(basis_of[q] for q in qubits)
-        measured = circuit.copy()
-        register = ClassicalRegister(len(qubits), MEASURE_REGISTER)
-        measured.add_register(register)
-        for q, letter in zip(qubits, basis, strict=True):
-            if letter == "X":
-                measured.h(q)
-            elif letter == "Y":
-                measured.sdg(q)
-                measured.h(q)
-        for j, q in enumerate(qubits):
-            measured.measure(q, register[j])
+        measured = measure_in_basis(circuit, qubits, basis, MEASURE_REGISTER)
         meta = PauliGroup(
             labels=tuple(p.to_label() for p in group.paulis),
             coeffs=tuple(float(np.real(c)) for c in group.coeffs),

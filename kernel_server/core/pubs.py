@@ -150,15 +150,19 @@ def _observable_labels(pub: EstimatorPub) -> list[str]:
     return sorted(label for label in labels if set(label) - {"I"})
 
 
-def _basis_circuit(circuit: QuantumCircuit, basis: str, qubits: tuple[int, ...]) -> QuantumCircuit:
+def measure_in_basis(
+    circuit: QuantumCircuit, qubits: Sequence[int], letters: Sequence[str], register_name: str
+) -> QuantumCircuit:
+    """A copy of ``circuit`` that rotates each of ``qubits`` from its letter's basis ("X", "Y",
+    "Z") onto Z (H for X, S-dagger then H for Y) and measures qubit ``qubits[j]`` into bit j of a
+    new register (its name made unique among the circuit's)."""
     measured = circuit.copy()
-    name = BASIS_REGISTER
+    name = register_name
     while any(reg.name == name for reg in measured.cregs):
         name += "_"
     register = ClassicalRegister(len(qubits), name)
     measured.add_register(register)
-    for q in qubits:
-        letter = basis[-1 - q]
+    for q, letter in zip(qubits, letters, strict=True):
         if letter == "X":
             measured.h(q)
         elif letter == "Y":
@@ -183,7 +187,9 @@ def estimator_job(pub: EstimatorPub, shots: int) -> PubJob:
             letters = ["Y" if (zq and xq) else ("X" if xq else ("Z" if zq else "I"))
                        for zq, xq in zip(z, x, strict=True)]  # fmt: skip
             basis = "".join(reversed(letters))
-            templates.append(_basis_circuit(circuit, basis, qubits))
+            templates.append(
+                measure_in_basis(circuit, qubits, [basis[-1 - q] for q in qubits], BASIS_REGISTER)
+            )
             group_labels = tuple(p.to_label() for p in group)
             masks = tuple(
                 sum(1 << j for j, q in enumerate(qubits) if label[-1 - q] != "I")

@@ -100,8 +100,8 @@ def _in_notebook() -> bool:
     """In a kernel with a frontend, and the live status not turned off (``%config
     Qonductor.live_status = False``, read from the config where the extension is not loaded)."""
     shell = sys.modules.get("IPython")
-    ipython = shell.get_ipython() if shell is not None else None  # type: ignore[attr-defined]
-    if getattr(ipython, "kernel", None) is None:
+    ipython: Any = shell.get_ipython() if shell is not None else None  # type: ignore[attr-defined]
+    if ipython is None or getattr(ipython, "kernel", None) is None:
         return False
     settings = next((c for c in ipython.configurables if type(c).__name__ == "Qonductor"), None)
     if settings is not None:
