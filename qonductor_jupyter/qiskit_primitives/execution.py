@@ -9,7 +9,6 @@ the step's quantum calls go, and the job follows that workflow.
 
 from __future__ import annotations
 
-import sys
 import threading
 from typing import Any
 
@@ -106,6 +105,3 @@ def report_metadata(result: Any, pin: Pin) -> dict[str, Any]:
 def primitive_result(pub_results: list[Any]) -> PrimitiveResult:
     return PrimitiveResult(pub_results, metadata={"version": 2})
 
-
-def in_ipython_main_thread() -> bool:
-    return "IPython" in sys.modules and threading.current_thread() is threading.main_thread()
