@@ -104,4 +104,3 @@ def report_metadata(result: Any, pin: Pin) -> dict[str, Any]:
 
 def primitive_result(pub_results: list[Any]) -> PrimitiveResult:
     return PrimitiveResult(pub_results, metadata={"version": 2})
-
