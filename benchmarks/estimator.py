@@ -56,7 +56,15 @@ def runtime_section(seed: int) -> None:
     print(
         f"-> within 0.5 s: {model['within_0_5s']:.1%} vs baseline {base['within_0_5s']:.1%} "
         f"({model['within_0_5s'] / base['within_0_5s']:.1f}x); R^2 {model['r2']:.4f}; "
-        f"target (>= 55%, R^2 >= 0.98) {'met' if ok else 'NOT met'}\n"
+        f"target (>= 55%, R^2 >= 0.98) {'met' if ok else 'NOT met'}"
+    )
+    intervals = results["intervals"]
+    ours, usage = intervals["shipped model (recipe)"], intervals["IBM usage formula (fixed)"]
+    held = 0.78 <= ours["coverage"] <= 0.82
+    print(
+        f"-> 80% interval: covers {ours['coverage']:.1%} of held-out jobs (target 78-82%: "
+        f"{'met' if held else 'NOT met'}), median width {ours['median_width_s']:.2f} s against "
+        f"{usage['median_width_s']:.2f} s for IBM's usage formula at {usage['coverage']:.1%}\n"
     )
 
 

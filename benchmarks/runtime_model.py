@@ -52,6 +52,54 @@ def fit_physics(train: pd.DataFrame):
     return lambda frame: rt.physical_predict(coefficients, frame)
 
 
+# IBM's documented rule of thumb for a job's QPU time: about 2 s per sub-job plus (repetition
+# delay + circuit length) x circuits x shots. The data has no circuit durations; a circuit's
+# length is taken as its depth x 0.66 us (an Eagle ECR, the longest common layer), the repetition
+# delay as IBM's default 250 us, and a job of up to 300 circuits as one sub-job.
+USAGE_SUBJOB_S = 2.0
+USAGE_REP_DELAY_S = 250e-6
+USAGE_LAYER_S = 0.66e-6
+USAGE_CIRCUITS_PER_SUBJOB = 300
+
+
+def ibm_usage_formula(frame: pd.DataFrame) -> np.ndarray:
+    """Seconds per job by IBM's documented usage rule of thumb (no fitting)."""
+    depth = frame["depth"].to_numpy(float)
+    shots = frame["shots"].to_numpy(float)
+    circuits = np.maximum(frame["num_circuits"].to_numpy(float), 1.0)
+    subjobs = np.ceil(circuits / USAGE_CIRCUITS_PER_SUBJOB)
+    per_circuit = USAGE_REP_DELAY_S + depth / circuits * USAGE_LAYER_S
+    return USAGE_SUBJOB_S * subjobs + per_circuit * circuits * shots
+
+
+def interval_table(
+    frame: pd.DataFrame, results: dict, coverage: float = 0.8, out=print
+) -> dict[str, dict[str, float]]:
+    """Each contender's conformal interval at ``coverage`` on the grouped hold-out: calibrated
+    on the other folds' out-of-fold predictions, scored on the fold (runtime_intervals)."""
+    from kernel_server.estimator.runtime_intervals import held_out_coverage
+
+    y = frame[rt.TARGET].to_numpy(float)
+    single = frame["num_circuits"].to_numpy() <= 1
+    folds = next(iter(results.values()))["fold_of"]
+    predictions = {name: cv["predictions"] for name, cv in results.items()}
+    predictions["IBM usage formula (fixed)"] = ibm_usage_formula(frame)
+    out(
+        f"\n{coverage:.0%} runtime intervals on the grouped hold-out (split conformal on log "
+        "residuals per regime x predicted-time quartile, calibrated on the other folds):"
+    )
+    out(f"{'':26s} {'coverage':>9s} {'single/multi':>14s} {'median width':>13s}")
+    table = {}
+    for name, predicted in predictions.items():
+        found = held_out_coverage(single, y, predicted, folds, coverage)
+        table[name] = found
+        out(
+            f"{name:26s} {found['coverage']:9.1%} {found['single_coverage']:>6.1%}/"
+            f"{found['multi_coverage']:<6.1%} {found['median_width_s']:10.2f} s"
+        )
+    return table
+
+
 def describe_physics(frame: pd.DataFrame) -> str:
     c = rt.fit_physical_baseline(frame)
     return (
@@ -94,6 +142,7 @@ def compare(seed: int = 0, folds: int = rt.CV_FOLDS, out=print) -> dict | None:
             f"{time.perf_counter() - start:5.1f}s"
         )
     out(f"\n{describe_physics(frame)}")
+    results["intervals"] = interval_table(frame, results, out=out)
     return results
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from kernel_server.core.deployment import PRIORITIES
 from kernel_server.core.jobs import FINAL_WORKFLOW_STATES
 
+from .report import plan_seconds
 from .widgets import FollowsWorkflow
 
 
@@ -126,7 +127,7 @@ class StepPlans(w.VBox):
     def redraw(self) -> None:
         self.order, self.recommended = ranked(self.plans, self.preference.value)
         heads = ["plan", "QPU template", "mitigation", "post-processing", "est. fidelity"]
-        heads += ["QPU time", "classical", "cost", ""]
+        heads += ["QPU time [80% interval]", "classical", "cost", ""]
         cells: list[w.Widget] = [w.HTML(f"<b>{h}</b>") for h in heads]
         for i in self.order:
             p = self.plans[i]
@@ -137,7 +138,7 @@ class StepPlans(w.VBox):
                 p["mitigation"],
                 "-" if p["accelerator"] == "none" else p["accelerator"],
                 f"{float(p['fidelity']):.3f}",
-                f"{float(p['quantum_seconds']):.2f} s",
+                plan_seconds(p),
                 f"{float(p['classical_seconds']):.2f} s",
                 f"${float(p['cost']):.2f}",
             ]

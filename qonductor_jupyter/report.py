@@ -13,6 +13,16 @@ def _fmt_s(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
 
+def plan_seconds(plan: dict[str, Any]) -> str:
+    """A plan's estimated QPU time, with the runtime model's 80% interval where it has one:
+    "2.51 s [1.90 s, 4.04 s]"."""
+    text = _fmt_s(plan["quantum_seconds"])
+    low, high = plan.get("quantum_seconds_low"), plan.get("quantum_seconds_high")
+    if low is None or high is None:
+        return text
+    return f"{text} [{_fmt_s(low)}, {_fmt_s(high)}]"
+
+
 def _step_row(step: dict[str, Any]) -> dict[str, str]:
     jobs = step.get("qpu_jobs") or []
     lines = f"{step['lineno']}-{step['end_lineno']}"
@@ -57,7 +67,7 @@ PLAN_COLUMNS = (
     ("mitigation", "mitigation"),
     ("accelerator", "post-processing"),
     ("fidelity", "est. fidelity"),
-    ("quantum", "QPU time"),
+    ("quantum", "QPU time [80% interval]"),
     ("classical", "classical time"),
     ("cost", "cost"),
 )
@@ -71,7 +81,7 @@ def _plan_row(plan: dict[str, Any]) -> dict[str, str]:
         "mitigation": plan["mitigation"],
         "accelerator": "-" if plan["accelerator"] == "none" else plan["accelerator"],
         "fidelity": f"{plan['fidelity']:.3f}",
-        "quantum": _fmt_s(plan["quantum_seconds"]),
+        "quantum": plan_seconds(plan),
         "classical": _fmt_s(plan["classical_seconds"]),
         "cost": f"${plan['cost']:.2f}",
     }

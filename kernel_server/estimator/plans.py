@@ -94,6 +94,9 @@ class Estimate:
     total_shots: int
     transpiled: QuantumCircuit = field(repr=False, compare=False)
     features: CircuitFeatures = field(repr=False, compare=False)
+    # The runtime model's 80% interval around quantum_seconds (None: a model file without one).
+    quantum_seconds_low: float | None = None
+    quantum_seconds_high: float | None = None
 
     @property
     def stack_name(self) -> str:
@@ -113,6 +116,8 @@ class Estimate:
             "fidelity": self.fidelity,
             "numerical_fidelity": self.numerical_fidelity,
             "quantum_seconds": self.quantum_seconds,
+            "quantum_seconds_low": self.quantum_seconds_low,
+            "quantum_seconds_high": self.quantum_seconds_high,
             "classical_seconds": self.classical_seconds,
             "cost": self.cost,
             "num_circuits": self.num_circuits,
@@ -246,10 +251,12 @@ def _estimates(
             jobs.append(replace(c.features, shots=per_circuit, num_circuits=overhead.num_circuits))
             meta.append((c, stack, overhead, total_shots))
     fidelities = fidelity_model.predict(rows)
-    seconds = np.asarray(runtime_model.predict(runtime_frame(jobs)), dtype=float)
+    frame = runtime_frame(jobs)
+    seconds = np.asarray(runtime_model.predict(frame), dtype=float)
+    low, high = _runtime_interval(runtime_model, frame, len(seconds))
     out: list[Estimate] = []
-    for (c, stack, overhead, total_shots), fid, q_seconds in zip(
-        meta, fidelities, seconds, strict=True
+    for (c, stack, overhead, total_shots), fid, q_seconds, q_low, q_high in zip(
+        meta, fidelities, seconds, low, high, strict=True
     ):
         # With no classical work the accelerator changes nothing: one plan, without one.
         for accelerator in accelerators if overhead.classical_seconds > 0 else [NO_ACCELERATOR]:
@@ -271,9 +278,22 @@ def _estimates(
                     total_shots=total_shots,
                     transpiled=c.transpiled,
                     features=c.features,
+                    quantum_seconds_low=q_low,
+                    quantum_seconds_high=q_high,
                 )
             )
     return out
+
+
+RUNTIME_COVERAGE = 0.8  # the interval plans show around their QPU time
+
+
+def _runtime_interval(model: Any, frame: Any, n: int) -> tuple[list[Any], list[Any]]:
+    """The model's interval per job, or None each where its file has none."""
+    if getattr(model, "intervals", None) is None:
+        return [None] * n, [None] * n
+    low, high = model.predict_interval(frame, RUNTIME_COVERAGE)
+    return [float(v) for v in low], [float(v) for v in high]
 
 
 def _check_shots(shots: int) -> int:

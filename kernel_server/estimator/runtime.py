@@ -60,6 +60,7 @@ from kernel_server.estimator.forest import (
     load_model_json,
     save_model_json,
 )
+from kernel_server.estimator.runtime_intervals import ConformalIntervals
 
 __all__ = ["FEATURES", "TARGET", "ModelFileError", "Regime", "RuntimeModel"]
 
@@ -229,11 +230,16 @@ class RuntimeModel:
     """
 
     def __init__(
-        self, single: Regime, multi: Regime, metadata: dict[str, Any] | None = None
+        self,
+        single: Regime,
+        multi: Regime,
+        metadata: dict[str, Any] | None = None,
+        intervals: ConformalIntervals | None = None,
     ) -> None:
         self._single = single
         self._multi = multi
         self.metadata: dict[str, Any] = dict(metadata or {})
+        self.intervals = intervals
 
     # metadata shortcuts -------------------------------------------------------------------
     @property
@@ -264,15 +270,28 @@ class RuntimeModel:
             out[~single] = self._multi.predict(x[~single])
         return np.maximum(out, 0.0)
 
+    def predict_interval(
+        self, frame: pd.DataFrame, coverage: float = 0.8
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) seconds per job: a conformal interval that covers ``coverage`` of jobs
+        like the training jobs (``runtime_intervals``), around ``predict``'s value."""
+        if self.intervals is None:
+            raise ModelFileError(f"this runtime model file has no intervals; {REBUILD_HINT}")
+        x = check_frame(frame)
+        return self.intervals.bounds(is_single(x), self.predict(frame), coverage)
+
     # persistence --------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "format": FORMAT,
             "features": list(FEATURES),
             "metadata": self.metadata,
             "single": self._single.to_json(),
             "multi": self._multi.to_json(),
         }
+        if self.intervals is not None:
+            out["intervals"] = self.intervals.to_json()
+        return out
 
     def save(self, path: str | Path) -> Path:
         """Write the model as JSON (atomically, so a crash never leaves half a file)."""
@@ -288,6 +307,7 @@ class RuntimeModel:
             single=Regime.from_json(d["single"], "mode"),
             multi=Regime.from_json(d["multi"], "rate"),
             metadata=d.get("metadata", {}),
+            intervals=ConformalIntervals.from_json(d["intervals"]) if "intervals" in d else None,
         )
 
     @classmethod

@@ -51,6 +51,7 @@ from kernel_server.estimator.runtime import (
     shorth_centre,
     single_features,
 )
+from kernel_server.estimator.runtime_intervals import ConformalIntervals
 
 # FEATURES, TARGET, RuntimeModel and ModelFileError are re-exported: what training reads, what it
 # writes and what reading the written file raises.
@@ -305,10 +306,12 @@ def cross_validate(
 
     y = frame[TARGET].to_numpy(dtype=np.float64)
     pred = np.full(len(frame), np.nan)
+    fold_of = np.zeros(len(frame), dtype=int)
     folds = []
-    for train_idx, test_idx in grouped_folds(frame, n_splits, seed):
+    for k, (train_idx, test_idx) in enumerate(grouped_folds(frame, n_splits, seed)):
         predict = fit(frame.iloc[train_idx].reset_index(drop=True))
         pred[test_idx] = predict(frame.iloc[test_idx].reset_index(drop=True))
+        fold_of[test_idx] = k
         folds.append(score(y[test_idx], pred[test_idx]))
     single = frame["num_circuits"].to_numpy() <= 1
     return {
@@ -319,6 +322,7 @@ def cross_validate(
         "multi_circuit_within_0_5s": float(np.mean(np.abs(pred - y)[~single] <= 0.5)),
         "folds": folds,
         "predictions": pred,
+        "fold_of": fold_of,
     }
 
 
@@ -333,7 +337,13 @@ def train_runtime(
     csv_path = Path(csv_path)
     frame = load_training_frame(csv_path)
     cv = cross_validate(frame, seed=seed)
-    cv.pop("predictions")
+    out_of_fold = cv.pop("predictions")
+    cv.pop("fold_of")
+    x = check_frame(frame)
+    # The intervals come from out-of-fold predictions: no job calibrates its own interval.
+    intervals = ConformalIntervals.calibrate(
+        is_single(x), frame[TARGET].to_numpy(dtype=np.float64), out_of_fold
+    )
     report = {
         "data": str(csv_path),
         "out": str(out_path),
@@ -366,7 +376,9 @@ def train_runtime(
         },
         "attribution": ATTRIBUTION,
     }
-    fit_runtime_model(frame, seed=seed, metadata=metadata).save(out_path)
+    model = fit_runtime_model(frame, seed=seed, metadata=metadata)
+    model.intervals = intervals
+    model.save(out_path)
     return report
 
 
