@@ -284,6 +284,7 @@ def _execute_mitigated(
     backend = load_backend(device)
     circuits = bind_rows(load_circuits(circuits_blob), _rows(parameter_values))
     results = []
+    shared: dict[Any, Any] = {}  # calibrations the job's circuits have in common run once
     for i, circuit in enumerate(circuits):
         layout = None
         if getattr(circuit, "layout", None) is not None:
@@ -295,7 +296,7 @@ def _execute_mitigated(
             circuit, layout = compact.circuit, compact.physical_qubits
         run = run_mitigated_detailed(
             circuit, backend, stack, shots, seed=None if seed is None else seed + i,
-            per_outcome=True, layout=layout,
+            per_outcome=True, layout=layout, shared=shared,
         )  # fmt: skip
         results.append(counts_from_distribution(dict(run.value), shots))
     from kernel_server.tasks.process import worker_address

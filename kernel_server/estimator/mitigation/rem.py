@@ -114,6 +114,9 @@ def _format(bits: int, width: int, segments: Sequence[int]) -> str:
     return " ".join(parts)
 
 
+CALIBRATION_TAG = "qonductor_calibration"
+
+
 @register("readout", "readout_error_mitigation", "measurement")
 class REM(MitigationTechnique):
     """Tensored readout error mitigation (own numpy implementation)."""
@@ -143,6 +146,9 @@ class REM(MitigationTechnique):
         calibrations = []
         for prepared in (0, 1):
             cal = circuit.copy_empty_like(name=f"{circuit.name}_rem_cal{prepared}")
+            # Depends on the qubits measured, not on the job's circuit: a job of many circuits
+            # on one layout calibrates once (run_mitigated_detailed's ``shared``).
+            cal.metadata = {**(circuit.metadata or {}), CALIBRATION_TAG: True}
             if prepared:
                 cal.x(qubits)
             cal.barrier()

@@ -20,7 +20,9 @@ from qiskit.providers import BackendV2
 
 from kernel_server.backends.compile import choose_layout, transpile_mitigated
 from kernel_server.estimator.mitigation.base import Observable
+from kernel_server.estimator.mitigation.rem import CALIBRATION_TAG
 from kernel_server.estimator.mitigation.stack import MitigationPlan, StackSpec, parse_stack
+from kernel_server.wire.circuits import fingerprint
 
 # ``aer_sim`` (qiskit_aer: 1-3 s) is imported inside the functions that run circuits, so that
 # importing the mitigation package stays cheap.
@@ -61,12 +63,15 @@ def run_mitigated_detailed(
     exact: bool = False,
     per_outcome: bool = False,
     layout: Sequence[int] | None = None,
+    shared: dict[Any, Any] | None = None,
 ) -> MitigatedRun:
     """:func:`run_mitigated`, also returning the plan, the raw counts and the shots.
 
     ``per_outcome`` returns the mitigated outcome distribution of any stack without cutting
     (:meth:`MitigationStack.combine_distribution`) instead of an expectation value. ``layout``
-    fixes the physical qubits of the job's circuit (default: :func:`choose_layout`'s)."""
+    fixes the physical qubits of the job's circuit (default: :func:`choose_layout`'s).
+    ``shared``, a dict kept across the circuits of one QPU job, makes calibration circuits
+    (REM's) that come out the same run once per job, as a device calibrates once per job."""
     from kernel_server.backends.aer_sim import noisy_probabilities, run_noisy
 
     mitigation = parse_stack(stack)
@@ -85,10 +90,17 @@ def run_mitigated_detailed(
         )
         if exact:
             counts.append(noisy_probabilities(backend, transpiled))
-        else:
-            counts.append(
-                run_noisy(backend, transpiled, shots_each[index], _leaf_seed(seed, index))
-            )
+            continue
+        key = None
+        if shared is not None and (constructed.metadata or {}).get(CALIBRATION_TAG):
+            key = (fingerprint([transpiled]), shots_each[index])
+            if key[0] and key in shared:
+                counts.append(shared[key])
+                continue
+        result = run_noisy(backend, transpiled, shots_each[index], _leaf_seed(seed, index))
+        if key is not None and key[0]:
+            shared[key] = result  # type: ignore[index]
+        counts.append(result)
     combine = mitigation.combine_distribution if per_outcome else mitigation.combine
     return MitigatedRun(combine(counts, plan), plan, counts, shots_each)
 
