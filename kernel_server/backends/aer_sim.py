@@ -41,6 +41,14 @@ from qiskit_aer.noise.passes import RelaxationNoisePass
 from kernel_server.backends.cost_model import machine_rates
 from kernel_server.backends.devices import calibration_id
 from kernel_server.backends.dynamic import has_control_flow
+from kernel_server.backends.guard import (
+    Budget,
+    BudgetExceeded,
+    NoBudget,
+    fitting_methods,
+    remember_miss,
+)
+from kernel_server.backends.guard import settings as guard_settings
 from kernel_server.backends.lazy_dm import (
     LazyProgram,
     format_probabilities,
@@ -81,6 +89,7 @@ __all__ = [
     "CompactCircuit",
     "NoisyRun",
     "NoisyRunPlan",
+    "NoisyRunTooCostly",
     "clear_caches",
     "compact_circuit",
     "fidelity_to_ideal",
@@ -183,8 +192,18 @@ def _aer_simulator(noise: CompactNoise, method: str, kraus: bool = False) -> Aer
     return simulator
 
 
+# A guarded Aer run predicted to take longer than this runs its shots in chunks of about this
+# long, with the budget checked between them (one Aer call cannot be stopped).
+_CHUNK_S = 1.0
+
+
 def _run_aer(
-    circuit: QuantumCircuit, noise: CompactNoise, method: str, shots: int, seed: int | None
+    circuit: QuantumCircuit,
+    noise: CompactNoise,
+    method: str,
+    shots: int,
+    seed: int | None,
+    budget: Budget | None = None,
 ) -> dict[str, int]:
     if any(isinstance(ci.operation, Delay) for ci in circuit.data):
         # from_backend relaxes idle qubits during delays through this pass; do the same on the
@@ -197,8 +216,26 @@ def _run_aer(
     # static circuits keep the model they always had (and their seeded samples).
     kraus = method == "statevector" and has_control_flow(circuit)
     simulator = _aer_simulator(noise, method, kraus)
-    result = simulator.run(circuit, shots=shots, **_aer_seed(seed)).result()
-    return dict(result.get_counts(0))
+    chunks = 1
+    if budget is not None and budget.predicted_s > 2 * _CHUNK_S and method != "density_matrix":
+        chunks = min(shots, int(np.ceil(budget.predicted_s / _CHUNK_S)))
+    if chunks == 1:
+        result = simulator.run(circuit, shots=shots, **_aer_seed(seed)).result()
+        return dict(result.get_counts(0))
+    assert budget is not None
+    counts: dict[str, int] = {}
+    sizes = np.full(chunks, shots // chunks)
+    sizes[: shots % chunks] += 1
+    seeds = [None] * chunks if seed is None else np.random.SeedSequence(seed).generate_state(chunks)
+    for done, (size, chunk_seed) in enumerate(zip(sizes, seeds, strict=True)):
+        budget.progress(done / chunks)
+        budget.check()
+        options = {} if chunk_seed is None else {"seed_simulator": int(chunk_seed)}
+        for key, n in (
+            simulator.run(circuit, shots=int(size), **options).result().get_counts(0).items()
+        ):
+            counts[key] = counts.get(key, 0) + int(n)
+    return counts
 
 
 def _aer_seed(seed: int | None) -> dict[str, int]:
@@ -226,6 +263,12 @@ class NoisyRun:
     physical_qubits: tuple[int, ...]
     seconds: float
     trajectories: int | None = None  # noisy trajectories drawn, for the reuse methods
+    # Methods tried first and given up, each with why (over its budget, or too big to try).
+    fallbacks: tuple[str, ...] = ()
+
+
+class NoisyRunTooCostly(RuntimeError):
+    """No simulation method can run the circuit within its budget (each one's reason said)."""
 
 
 def run_noisy_detailed(
@@ -236,26 +279,70 @@ def run_noisy_detailed(
     method: str = "auto",
 ) -> NoisyRun:
     """:func:`run_noisy`, also reporting the method used and the wall time (noise build included
-    when the noise of these qubits was not cached yet)."""
+    when the noise of these qubits was not cached yet).
+
+    With ``method="auto"`` every run is guarded (:mod:`kernel_server.backends.guard`): methods
+    whose memory would not fit are skipped, a method that overruns its budget is stopped and the
+    next-cheapest takes over, the miss is recorded in the cost model, and ``fallbacks`` says what
+    happened. A method named explicitly runs as told.
+    """
     _check_shots(shots)
     start = time.perf_counter()
     compact = compact_circuit(transpiled)
     noise = compact_noise(backend, compact.physical_qubits)
     plan, program = plan_methods(compact.circuit, noise, compact.physical_qubits, shots, method)
-    trajectories = None
-    if plan.method == "lazy_density_matrix":
+    if method != "auto":
+        counts, trajectories = _run_method(
+            plan.method, compact, noise, program, shots, seed, NoBudget()
+        )
+        return NoisyRun(
+            counts, plan.method, compact.physical_qubits, time.perf_counter() - start, trajectories
+        )
+    guard = guard_settings()
+    fallbacks: list[str] = []
+    candidates = fitting_methods(plan, guard, fallbacks)
+    for i, name in enumerate(candidates):
+        later = candidates[i + 1 :]
+        alternative = (later[0], plan.estimated_seconds[later[0]]) if later else None
+        budget = Budget(name, plan.estimated_seconds[name], guard, alternative)
+        try:
+            counts, trajectories = _run_method(name, compact, noise, program, shots, seed, budget)
+        except BudgetExceeded as exc:
+            remember_miss(compact.circuit, budget, stopped=True)
+            fallbacks.append(f"{exc}; stopped")
+            continue
+        if budget.overran():
+            remember_miss(compact.circuit, budget, stopped=False)
+        seconds = time.perf_counter() - start
+        return NoisyRun(
+            counts, name, compact.physical_qubits, seconds, trajectories, tuple(fallbacks)
+        )
+    raise NoisyRunTooCostly(
+        f"no simulation method runs this {compact.circuit.num_qubits}-qubit circuit within its "
+        "budget (QONDUCTOR_NOISY_GUARD): " + "; ".join(fallbacks)
+    )
+
+
+def _run_method(
+    name: str,
+    compact: CompactCircuit,
+    noise: CompactNoise,
+    program: LazyProgram | str,
+    shots: int,
+    seed: int | None,
+    budget: Budget,
+) -> tuple[dict[str, int], int | None]:
+    """(counts, trajectories drawn) of one method on the compact circuit, within ``budget``."""
+    if name == "lazy_density_matrix":
         assert isinstance(program, LazyProgram)
-        probabilities, clbits = run_lazy(program, noise)
-        counts = sample_counts(probabilities, clbits, program, shots, seed)
-    elif plan.method in TRAJECTORY_METHODS:
+        probabilities, clbits = run_lazy(program, noise, budget.check)
+        return sample_counts(probabilities, clbits, program, shots, seed), None
+    if name in TRAJECTORY_METHODS:
         assert isinstance(program, LazyProgram)
-        simulator = _aer_simulator(noise, TRAJECTORY_METHODS[plan.method])
-        run = run_trajectories(program, noise, shots, seed, plan.method, simulator)
-        counts, trajectories = run.counts, run.trajectories
-    else:
-        counts = _run_aer(compact.circuit, noise, plan.method, shots, seed)
-    seconds = time.perf_counter() - start
-    return NoisyRun(counts, plan.method, compact.physical_qubits, seconds, trajectories)
+        simulator = _aer_simulator(noise, TRAJECTORY_METHODS[name])
+        run = run_trajectories(program, noise, shots, seed, name, simulator, check=budget.check)
+        return run.counts, run.trajectories
+    return _run_aer(compact.circuit, noise, name, shots, seed, budget), None
 
 
 def run_noisy(

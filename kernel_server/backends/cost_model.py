@@ -30,7 +30,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["COST_MODEL_ENV", "MachineRates", "calibrate", "fingerprint", "machine_rates"]
+__all__ = [
+    "COST_MODEL_ENV",
+    "MachineRates",
+    "calibrate",
+    "circuit_digest",
+    "fingerprint",
+    "machine_rates",
+    "miss_factors",
+    "record_miss",
+]
 
 COST_MODEL_ENV = "QONDUCTOR_COST_MODEL"
 
@@ -138,7 +147,10 @@ def _write(path: Path, rates: MachineRates) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(asdict(rates), indent=1))
+        data: dict[str, Any] = asdict(rates)
+        if _misses:
+            data["misses"] = _misses  # measuring again does not forget what went wrong
+        partial.write_text(json.dumps(data, indent=1))
         partial.replace(path)
     except OSError:
         pass  # a read-only home: measure again next time rather than fail a job
@@ -230,3 +242,75 @@ def _solve(
     if op_s <= 0:
         op_s = statistics.fmean([1e-7, b[0] / max(a[0, 0], 1.0)])
     return float(op_s), float(1.0 / per_unit)
+
+
+# --------------------------------------------------------------------------------------------
+# Misses: circuits a method overran on (the guard stopped it), kept beside the rates
+# --------------------------------------------------------------------------------------------
+
+# Misses kept at most (the oldest go first): each is a circuit's digest and a factor per method.
+_MAX_MISSES = 512
+_misses: dict[str, dict[str, float]] | None = None
+
+
+def _misses_path() -> Path:
+    configured = os.environ.get(COST_MODEL_ENV, "")
+    if configured and configured != "builtin":
+        return Path(configured).expanduser()
+    return _cache_path()
+
+
+def _load_misses() -> dict[str, dict[str, float]]:
+    global _misses
+    if _misses is None:
+        try:
+            data = json.loads(_misses_path().read_text())
+            _misses = {k: dict(v) for k, v in dict(data.get("misses", {})).items()}
+        except (OSError, ValueError, TypeError, AttributeError):
+            _misses = {}
+    return _misses
+
+
+def circuit_digest(circuit: Any) -> str:
+    """What a miss is remembered by: the compact circuit's content (qpy), not its name."""
+    from kernel_server.wire.circuits import fingerprint as content
+
+    return content([circuit])[:32]
+
+
+def miss_factors(circuit: Any) -> dict[str, float]:
+    """Per method, how many times over its price it ran on this circuit before (none: {})."""
+    with _lock:
+        misses = _load_misses()
+        if not misses:
+            return {}
+    return dict(misses.get(circuit_digest(circuit), {}))
+
+
+def record_miss(circuit: Any, method: str, factor: float) -> None:
+    """Remember that ``method`` took at least ``factor`` times its price on ``circuit``: in
+    memory, and in the rates file (``misses``), so the next run and the next process price it
+    right. The file is rewritten atomically; a read-only home keeps it in memory only."""
+    key = circuit_digest(circuit)
+    if not key:
+        return
+    with _lock:
+        misses = _load_misses()
+        entry = misses.pop(key, {})  # re-inserted last: the most recent miss is kept longest
+        entry[method] = max(float(factor), entry.get(method, 1.0))
+        misses[key] = entry
+        while len(misses) > _MAX_MISSES:
+            misses.pop(next(iter(misses)))
+        path = _misses_path()
+        try:
+            data = json.loads(path.read_text()) if path.is_file() else {}
+        except (OSError, ValueError):
+            data = {}
+        data["misses"] = misses
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(json.dumps(data, indent=1))
+            partial.replace(path)
+        except OSError:
+            pass

@@ -30,6 +30,7 @@ delays, against the full ``from_backend`` simulator).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -241,11 +242,14 @@ class _LazyState:
 _ZERO = np.array([[1, 0], [0, 0]], dtype=complex)
 
 
-def run_lazy(program: LazyProgram, noise: CompactNoise) -> tuple[np.ndarray, list[int]]:
+def run_lazy(
+    program: LazyProgram, noise: CompactNoise, check: Callable[[float], None] | None = None
+) -> tuple[np.ndarray, list[int]]:
     """Evolve the density matrix; return measured-outcome probabilities and their clbits.
 
     The probability array has one axis per measured qubit, readout error applied, axes in the
-    order of the returned clbit list.
+    order of the returned clbit list. ``check(done)`` is called between operations with the share
+    of them done (a run's budget: it raises to stop the run).
     """
     dtype = np.complex64 if program.peak_entries > 4**10 else np.complex128
     state = _LazyState(dtype)
@@ -264,6 +268,8 @@ def run_lazy(program: LazyProgram, noise: CompactNoise) -> tuple[np.ndarray, lis
         active.add(qubit)
 
     for i, (operation, qargs) in enumerate(program.ops):
+        if check is not None:
+            check(i / len(program.ops))
         superop = _op_superop(noise, operation, qargs)
         if len(qargs) == 1:
             q = qargs[0]

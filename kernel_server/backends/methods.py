@@ -20,7 +20,7 @@ can run the circuit. What each is for:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -80,6 +80,14 @@ class NoisyRunPlan:
     estimated_seconds: dict[str, float]  # per method that can run the circuit
     lazy_unsupported: str | None  # why the numpy engine cannot take the circuit, if it cannot
     rates_measured: bool  # False when the built-in rates priced it (QONDUCTOR_COST_MODEL)
+    # Resident bytes each method needs at its peak (the guard skips what does not fit).
+    estimated_memory: dict[str, float] = field(default_factory=dict)
+    # Methods priced up because they overran on this circuit before (cost_model.record_miss).
+    missed: tuple[str, ...] = ()
+
+    def ranked(self) -> list[str]:
+        """The methods that can run the circuit, cheapest first."""
+        return sorted(self.estimated_seconds, key=self.estimated_seconds.__getitem__)
 
 
 def _samples_once(circuit: QuantumCircuit) -> bool:
@@ -138,14 +146,14 @@ def _reuse_estimates(
             + (trajectory_work(circuit) + 2.0 ** len(program.measured)) / rates.aer_sv_amp_per_s
         )
         estimates["statevector_reuse"] = 2 * rates.aer_call_s + trajectories * per_trajectory
-    if len(program.measured) == circuit.num_qubits:
-        order = mps_order(circuit)
-        bonds = mps_bonds(circuit, order)
-        if max(bonds, default=1) <= MPS_MAX_BOND:
-            ops, units = mps_work(circuit, order)
-            per_trajectory = ops * rates.aer_mps_op_s + units / rates.aer_mps_chi3_per_s
-            sampling = shots * circuit.num_qubits * max(bonds, default=1) ** 2 * 4e-9
-            estimates["mps_reuse"] = 2 * rates.aer_call_s + trajectories * per_trajectory + sampling
+    # Unmeasured active qubits (routing ancillas) are sampled with the rest and dropped.
+    order = mps_order(circuit)
+    bonds = mps_bonds(circuit, order)
+    if max(bonds, default=1) <= MPS_MAX_BOND:
+        ops, units = mps_work(circuit, order)
+        per_trajectory = ops * rates.aer_mps_op_s + units / rates.aer_mps_chi3_per_s
+        sampling = shots * circuit.num_qubits * max(bonds, default=1) ** 2 * 4e-9
+        estimates["mps_reuse"] = 2 * rates.aer_call_s + trajectories * per_trajectory + sampling
     return estimates
 
 
@@ -197,13 +205,60 @@ def plan_methods(
     if noise is not None and stabilizer_exact(circuit, noise) is None:
         gates, _ = gate_count(costliest_path(circuit))
         estimates["stabilizer"] = rates.aer_call_s + shots * gates * rates.aer_stabilizer_op_s
+    missed = _apply_misses(circuit, estimates)
     if method == "auto":
         method = min(estimates, key=estimates.__getitem__)
     elif method not in estimates:
         reason = _why_not(method, circuit, noise, unsupported)
         raise ValueError(f"{method} cannot run this circuit: {reason}")
-    plan = NoisyRunPlan(method, physical_qubits, estimates, unsupported, rates.measured)
+    memory = _memory_estimates(circuit, program, estimates)
+    plan = NoisyRunPlan(
+        method, physical_qubits, estimates, unsupported, rates.measured, memory, missed
+    )
     return plan, program
+
+
+def _apply_misses(circuit: QuantumCircuit, estimates: dict[str, float]) -> tuple[str, ...]:
+    """Price up the methods that overran on this very circuit before (they would again)."""
+    from kernel_server.backends.cost_model import miss_factors
+
+    factors = miss_factors(circuit)
+    for name, factor in factors.items():
+        if name in estimates:
+            estimates[name] *= factor
+    return tuple(sorted(n for n in factors if n in estimates))
+
+
+_COMPLEX = 16  # bytes of a double-precision complex amplitude
+
+
+def _memory_estimates(
+    circuit: QuantumCircuit, program: LazyProgram | str, estimates: dict[str, float]
+) -> dict[str, float]:
+    """Peak resident bytes of each method on the compact circuit (twice the state: numpy and
+    Aer keep a working copy; Aer's statevector one state per core)."""
+    import os
+
+    k = circuit.num_qubits
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    memory: dict[str, float] = {}
+    for name in estimates:
+        if name == "lazy_density_matrix" and isinstance(program, LazyProgram):
+            width = 8 if program.peak_entries > 4**10 else _COMPLEX
+            memory[name] = 3.0 * program.peak_entries * width
+        elif name == "density_matrix":
+            memory[name] = 2.0 * _COMPLEX * 4.0**k
+        elif name == "statevector":
+            memory[name] = 2.0 * _COMPLEX * 2.0**k * cores
+        elif name == "statevector_reuse":
+            measured = len(program.measured) if isinstance(program, LazyProgram) else k
+            memory[name] = 2.0 * _COMPLEX * 2.0**k * cores + 8.0 * min(2.0**measured, 2**25)
+        elif name == "mps_reuse":
+            bond = max(mps_bonds(circuit, mps_order(circuit)), default=1)
+            memory[name] = 64.0 * k * bond**2 * _COMPLEX
+        else:
+            memory[name] = 2.0 * k * k
+    return memory
 
 
 def _why_not(

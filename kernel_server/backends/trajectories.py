@@ -26,6 +26,7 @@ exactly: to the mean distribution (statevector) or as bit flips on the drawn str
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,6 +128,7 @@ class _Reuse:
     pilot: int
     rng: np.random.Generator
     seeds: tuple[int | None, int | None]  # the pilot's and the rest's simulator seeds
+    check: Callable[[float], None]  # given the share done; raises when over the budget
 
 
 def run_trajectories(
@@ -137,12 +139,14 @@ def run_trajectories(
     method: str,
     simulator: AerSimulator,
     bound: float = EXTRA_VARIANCE,
+    check: Callable[[float], None] | None = None,
 ) -> TrajectoryRun:
     """Sample ``shots`` outcomes from as few noisy trajectories as the variance bound allows.
 
     ``method`` is "statevector_reuse" or "mps_reuse"; ``simulator`` an ``AerSimulator`` of the
     matching Aer method with the compact noise model (its readout errors are not used: the body
-    has no measurements, readout is applied here).
+    has no measurements, readout is applied here). ``check(done)`` is called between batches of
+    trajectories with the share of the work done (a run's budget: it raises to stop the run).
     """
     pilot_seed, rest_seed, rng = _seeds(seed)
     run = _Reuse(
@@ -154,6 +158,7 @@ def run_trajectories(
         min(PILOT_TRAJECTORIES, shots),
         rng,
         (pilot_seed, rest_seed),
+        check or (lambda done: None),
     )
     if method == "statevector_reuse":
         return _statevector_reuse(run)
@@ -180,6 +185,7 @@ def _statevector_reuse(run: _Reuse) -> TrajectoryRun:
     batch = max(1, _BATCH_ENTRIES // first.shape[1])
     seed = run.seeds[1]
     while count < wanted:
+        run.check(count / wanted)
         size = min(batch, wanted - count)
         more = np.asarray(_run_batch(run.simulator, body, size, seed)["probabilities"])
         total = total + more.sum(axis=0)
@@ -206,24 +212,50 @@ def _with_readout(little_endian: np.ndarray, labels: list[int], noise: CompactNo
     return probabilities
 
 
+def _measured_collision(strings: np.ndarray, program: LazyProgram) -> float:
+    """The chance two outcomes agree on the measured qubits, from samples (unbiased): with
+    unmeasured qubits (routing ancillas) the full strings' own probabilities would understate
+    it, and the trajectories needed with it."""
+    mask = sum(1 << q for q in program.measured)
+    _, numbers = np.unique(strings & mask, return_counts=True)
+    n = len(strings)
+    return float(np.sum(numbers * (numbers - 1)) / (n * (n - 1))) if n > 1 else 1.0
+
+
+# MPS trajectories per Aer call after the pilot: the budget is checked between calls.
+_MPS_BATCH = 128
+
+
 def _mps_reuse(run: _Reuse) -> TrajectoryRun:
     program, noise, shots, rng = run.program, run.noise, run.shots, run.rng
-    if len(program.measured) != program.num_qubits:
-        raise ValueError("mps_reuse needs every active qubit measured")
     body = body_circuit(program, noise, "matrix_product_state")
     states = list(_run_batch(run.simulator, body, run.pilot, run.seeds[0])["matrix_product_state"])
-    collisions = [float(np.mean(sample_mps(s, _PILOT_SAMPLES, rng)[1])) for s in states]
+    if len(program.measured) == program.num_qubits:
+        collisions = [float(np.mean(sample_mps(s, _PILOT_SAMPLES, rng)[1])) for s in states]
+    else:
+        collisions = [_measured_collision(sample_mps(s, _PILOT_SAMPLES, rng)[0], program)
+                      for s in states]  # fmt: skip
     collision = float(np.mean(collisions))
     wanted = needed_trajectories(collision, shots, run.bound)
-    if wanted > len(states):
-        batch = _run_batch(run.simulator, body, wanted - len(states), run.seeds[1])
-        states.extend(batch["matrix_product_state"])
+    seed = run.seeds[1]
+    while len(states) < wanted:
+        # Sampling the states afterwards takes about a third of the time drawing them does.
+        run.check(0.75 * len(states) / wanted)
+        size = min(_MPS_BATCH, wanted - len(states))
+        states.extend(_run_batch(run.simulator, body, size, seed)["matrix_product_state"])
+        seed = None if seed is None else seed + size  # Aer seeds shot i with seed + i
     # Equal shares of the shots (the remainder to random trajectories): stratified, unbiased.
     share = np.full(len(states), shots // len(states))
     share[rng.choice(len(states), shots % len(states), replace=False)] += 1
-    strings = np.concatenate(
-        [sample_mps(s, int(n), rng)[0] for s, n in zip(states, share, strict=True) if n]
-    )
+    parts = []
+    # One BLAS-thread limit for the whole loop: threadpoolctl reads /proc/self/maps each time it
+    # is entered (2 ms), which per state cost more than the sampling itself.
+    with threadpool_limits(1):
+        for i, (state, n) in enumerate(zip(states, share, strict=True)):
+            if n:
+                run.check(0.75 + 0.25 * i / len(states))
+                parts.append(_sample_sites(_right_canonical(state), int(n), rng)[0])
+    strings = np.concatenate(parts)
     counts = _format_strings(_flip_readout(strings, program.num_qubits, noise, rng), program)
     return TrajectoryRun(counts, len(states), collision)
 
