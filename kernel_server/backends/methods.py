@@ -66,8 +66,9 @@ AER_DENSITY_MATRIX_MAX_QUBITS = 12
 # Largest state (complex entries) the numpy engine may hold: 2^26 = 1 GB. A 16-qubit QAOA ring
 # on fake_torino peaks at 2^27 (3.3 GB resident, 9.9 s) where statevector reuse takes 0.5 s.
 LAZY_MAX_ENTRIES = 2**26
-# Statevector reuse keeps the pilot's probabilities (8 x 2^m doubles) and a 2^k state per core.
-REUSE_MAX_QUBITS = 24
+# Statevector reuse keeps the pilot's probabilities (8 x 2^m doubles) and a 2^k state per core;
+# past 24 qubits the guard's memory budget decides (25 qubits: about 2 GB on 2 cores).
+REUSE_MAX_QUBITS = 26
 _CLIFFORD = {"cx", "cy", "cz", "ecr", "h", "id", "s", "sdg", "swap", "sx", "sxdg", "x", "y", "z"}
 
 

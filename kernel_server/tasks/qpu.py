@@ -178,7 +178,9 @@ def _execute_on_device(
     for i, circuit in enumerate(circuits):
         run = run_noisy_detailed(backend, circuit, shots, seed=None if seed is None else seed + i)
         results.append(dict(sorted(run.counts.items())))
-        methods.append(run.method)
+        # The run record says when the guard gave up a method first (backends.guard).
+        tried = [reason.split(" ", 1)[0] for reason in run.fallbacks]
+        methods.append(f"{run.method} (after {', '.join(tried)})" if tried else run.method)
     from kernel_server.tasks.process import worker_address
 
     return Execution(cloudpickle.dumps(results), methods, worker_address())
