@@ -26,6 +26,7 @@ exactly: to the mean distribution (statevector) or as bit flips on the drawn str
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -169,12 +170,16 @@ def run_trajectories(
 
 # Probabilities held at once from one Aer call (doubles): 256 MB.
 _BATCH_ENTRIES = 2**25
+# Seconds one Aer call of trajectories should take at most (as the pilot's pace predicts).
+_BATCH_S = 1.0
 
 
 def _statevector_reuse(run: _Reuse) -> TrajectoryRun:
     program = run.program
     body = body_circuit(program, run.noise, "probabilities")
+    started = time.perf_counter()
     first = np.asarray(_run_batch(run.simulator, body, run.pilot, run.seeds[0])["probabilities"])
+    per_trajectory = (time.perf_counter() - started) / max(len(first), 1)
     total = first.sum(axis=0)
     count = len(first)
     # The bound V_traj <= E_t ||p_t||^2, not the pilot's own V_traj: a pilot of 8 often holds
@@ -182,7 +187,9 @@ def _statevector_reuse(run: _Reuse) -> TrajectoryRun:
     # rare error branches carry the variance. The collision probability does not hide them.
     collision = float(np.mean(np.sum(first * first, axis=1)))
     wanted = needed_trajectories(collision, run.shots, run.bound)
-    batch = max(1, _BATCH_ENTRIES // first.shape[1])
+    # Batches of at most 256 MB of probabilities and about a second each, so that the budget is
+    # checked (and progress seen) every second even when every shot needs its own trajectory.
+    batch = max(1, min(_BATCH_ENTRIES // first.shape[1], int(_BATCH_S / per_trajectory)))
     seed = run.seeds[1]
     while count < wanted:
         run.check(count / wanted)
@@ -229,7 +236,10 @@ _MPS_BATCH = 128
 def _mps_reuse(run: _Reuse) -> TrajectoryRun:
     program, noise, shots, rng = run.program, run.noise, run.shots, run.rng
     body = body_circuit(program, noise, "matrix_product_state")
+    started = time.perf_counter()
     states = list(_run_batch(run.simulator, body, run.pilot, run.seeds[0])["matrix_product_state"])
+    per_trajectory = (time.perf_counter() - started) / max(len(states), 1)
+    batch = max(1, min(_MPS_BATCH, int(_BATCH_S / per_trajectory)))
     if len(program.measured) == program.num_qubits:
         collisions = [float(np.mean(sample_mps(s, _PILOT_SAMPLES, rng)[1])) for s in states]
     else:
@@ -241,7 +251,7 @@ def _mps_reuse(run: _Reuse) -> TrajectoryRun:
     while len(states) < wanted:
         # Sampling the states afterwards takes about a third of the time drawing them does.
         run.check(0.75 * len(states) / wanted)
-        size = min(_MPS_BATCH, wanted - len(states))
+        size = min(batch, wanted - len(states))
         states.extend(_run_batch(run.simulator, body, size, seed)["matrix_product_state"])
         seed = None if seed is None else seed + size  # Aer seeds shot i with seed + i
     # Equal shares of the shots (the remainder to random trajectories): stratified, unbiased.
