@@ -20,6 +20,7 @@ can run the circuit. What each is for:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,9 +136,10 @@ def _aer_estimates(circuit: QuantumCircuit, shots: int, rates: MachineRates) -> 
 
 def _reuse_estimates(
     program: LazyProgram, circuit: QuantumCircuit, shots: int, rates: MachineRates
-) -> dict[str, float]:
+) -> tuple[dict[str, float], int]:
     """Statevector and MPS reuse at the fewest trajectories they could need (a lower bound for
-    concentrated outputs, which make them fall back to one trajectory per shot)."""
+    concentrated outputs, which make them fall back to one trajectory per shot); also the MPS
+    bond bound, which prices its memory."""
     estimates: dict[str, float] = {}
     trajectories = min(shots, _reuse_trajectories(len(program.measured), shots))
     gates, _ = gate_count(circuit)
@@ -149,13 +151,13 @@ def _reuse_estimates(
         estimates["statevector_reuse"] = 2 * rates.aer_call_s + trajectories * per_trajectory
     # Unmeasured active qubits (routing ancillas) are sampled with the rest and dropped.
     order = mps_order(circuit)
-    bonds = mps_bonds(circuit, order)
-    if max(bonds, default=1) <= MPS_MAX_BOND:
+    bond = max(mps_bonds(circuit, order), default=1)
+    if bond <= MPS_MAX_BOND:
         ops, units = mps_work(circuit, order)
         per_trajectory = ops * rates.aer_mps_op_s + units / rates.aer_mps_chi3_per_s
-        sampling = shots * circuit.num_qubits * max(bonds, default=1) ** 2 * 4e-9
+        sampling = shots * circuit.num_qubits * bond**2 * 4e-9
         estimates["mps_reuse"] = 2 * rates.aer_call_s + trajectories * per_trajectory + sampling
-    return estimates
+    return estimates, bond
 
 
 def stabilizer_exact(circuit: QuantumCircuit, noise: CompactNoise) -> str | None:
@@ -195,6 +197,7 @@ def plan_methods(
     program = plan_lazy(circuit)
     estimates = _aer_estimates(circuit, shots, rates)
     unsupported = program if isinstance(program, str) else None
+    bond = 1
     if isinstance(program, LazyProgram):
         if program.peak_entries <= LAZY_MAX_ENTRIES:
             estimates["lazy_density_matrix"] = (
@@ -202,7 +205,8 @@ def plan_methods(
             )
         else:
             unsupported = f"peak state of {program.peak_entries} entries"
-        estimates.update(_reuse_estimates(program, circuit, shots, rates))
+        reuse, bond = _reuse_estimates(program, circuit, shots, rates)
+        estimates.update(reuse)
     if noise is not None and stabilizer_exact(circuit, noise) is None:
         gates, _ = gate_count(costliest_path(circuit))
         estimates["stabilizer"] = rates.aer_call_s + shots * gates * rates.aer_stabilizer_op_s
@@ -212,7 +216,7 @@ def plan_methods(
     elif method not in estimates:
         reason = _why_not(method, circuit, noise, unsupported)
         raise ValueError(f"{method} cannot run this circuit: {reason}")
-    memory = _memory_estimates(circuit, program, estimates)
+    memory = _memory_estimates(circuit, program, estimates, bond)
     plan = NoisyRunPlan(
         method, physical_qubits, estimates, unsupported, rates.measured, memory, missed
     )
@@ -234,12 +238,10 @@ _COMPLEX = 16  # bytes of a double-precision complex amplitude
 
 
 def _memory_estimates(
-    circuit: QuantumCircuit, program: LazyProgram | str, estimates: dict[str, float]
+    circuit: QuantumCircuit, program: LazyProgram | str, estimates: dict[str, float], bond: int
 ) -> dict[str, float]:
     """Peak resident bytes of each method on the compact circuit (twice the state: numpy and
-    Aer keep a working copy; Aer's statevector one state per core)."""
-    import os
-
+    Aer keep a working copy; Aer's statevector one state per core; ``bond`` the MPS bound)."""
     k = circuit.num_qubits
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     memory: dict[str, float] = {}
@@ -255,7 +257,6 @@ def _memory_estimates(
             measured = len(program.measured) if isinstance(program, LazyProgram) else k
             memory[name] = 2.0 * _COMPLEX * 2.0**k * cores + 8.0 * min(2.0**measured, 2**25)
         elif name == "mps_reuse":
-            bond = max(mps_bonds(circuit, mps_order(circuit)), default=1)
             memory[name] = 64.0 * k * bond**2 * _COMPLEX
         else:
             memory[name] = 2.0 * k * k

@@ -226,7 +226,7 @@ class Reply(Instruction):
     ok: bool
     counts: Any = None
     qpu: str | None = None
-    job: Any = None  # the QPU job answered (its report goes with the counts)
+    job: JobRecord | None = None  # the QPU job answered (its report goes with the counts)
     error_type: str = ""
     message: str = ""
 

@@ -190,8 +190,7 @@ class Handlers:
     async def sample(self, msg: Sample, identity: bytes, rid: str) -> Message | None:
         orch = self.orch
         orch.ownership.check_owner(msg.workflow_id)
-        # Width, fingerprint, rows and ISA-ness come from the circuits themselves, never from
-        # the request.
+        # Width, fingerprint and rows come from the circuits themselves, never from the request.
         try:
             facts = await orch.loop.run_in_executor(
                 orch.io_threads, read_call, msg.circuits, msg.parameter_values
@@ -199,7 +198,7 @@ class Handlers:
         except CircuitFormatError as exc:
             raise UserError(str(exc)) from None
         msg.num_qubits, msg.fingerprint = facts.num_qubits, facts.fingerprint
-        msg.rows, msg.isa = facts.rows, facts.isa
+        msg.rows = facts.rows
         if msg.shots * msg.rows > orch.limits.max_shots * MAX_ROWS_FACTOR:
             raise UserError(
                 f"{msg.rows} parameter sets x {msg.shots} shots exceed this orchestrator's limit "

@@ -158,6 +158,7 @@ class QpuJobs:
                 chosen, est, cause = await self._place(live.options, job, msg, qpus, estimates)
                 if msg.session:
                     self.session_qpus.setdefault(msg.session, chosen)
+                    self._session_locks.pop(msg.session, None)  # pinned: no lock needed now
             stack = plan["mitigation"] if plan is not None else "none"
             await self._queue_and_wait(job, msg, index, live.run, chosen, est, cause, stack)
         except asyncio.CancelledError:

@@ -138,11 +138,10 @@ class CircuitFacts:
     num_qubits: int
     fingerprint: str
     rows: int  # parameter sets bound into each circuit
-    isa: bool  # transpiled circuits (a layout): they keep it
 
 
 def read_call(blob: bytes, values_blob: bytes = b"") -> CircuitFacts:
-    """Width, fingerprint, rows and ISA-ness of a call's circuits; CircuitFormatError when the
+    """Width, fingerprint and rows of a call's circuits; CircuitFormatError when the
     parameter values do not fit them (a parametrized circuit needs one value per parameter)."""
     circuits = load_circuits(blob)
     rows = 1
@@ -159,9 +158,4 @@ def read_call(blob: bytes, values_blob: bytes = b"") -> CircuitFacts:
         unbound = [c for c in circuits if c.num_parameters]
         if unbound:
             raise CircuitFormatError("a circuit with parameters was sent without their values")
-    return CircuitFacts(
-        max(c.num_qubits for c in circuits),
-        fingerprint(circuits),
-        rows,
-        all(getattr(c, "layout", None) is not None for c in circuits),
-    )
+    return CircuitFacts(max(c.num_qubits for c in circuits), fingerprint(circuits), rows)

@@ -170,8 +170,6 @@ class Sample(Message):
     fingerprint: str = ""
     # Rows of parameter values (1 for bound circuits); the orchestrator's, like num_qubits.
     rows: int = 1
-    # Whether the circuits are ISA circuits (transpiled, with a layout): they keep their layout.
-    isa: bool = False
 
 
 # Replies ------------------------------------------------------------------------------------

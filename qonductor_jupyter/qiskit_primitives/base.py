@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import copy
 from typing import Any
 
@@ -24,8 +25,9 @@ from .options import make_options
 from .pin import Pin
 
 
-class FleetPrimitive:
-    """A primitive whose PUBs run on the orchestrated fleet (see ``execution``)."""
+class FleetPrimitive(abc.ABC):
+    """A primitive whose PUBs run on the orchestrated fleet (see ``execution``); a subclass says
+    what one of its PUBs asks the QPU to run and what its result is."""
 
     _qonductor_executor = True  # the splitter: ``x.run(...)`` is a quantum call
     _options_class: Any = None
@@ -99,13 +101,15 @@ class FleetPrimitive:
             finished.append(self._pub_result(pub, job, counts, metadata, rng))
         return finished, workflow_id
 
+    @abc.abstractmethod
     def _pub_job(self, pub: Any) -> PubJob:
-        raise NotImplementedError
+        """The QPU job of one coerced PUB."""
 
+    @abc.abstractmethod
     def _pub_result(
         self, pub: Any, job: PubJob, counts: list[Any], metadata: dict[str, Any], rng: Any
     ) -> Any:
-        raise NotImplementedError
+        """The PUB's result from its job's counts and the job's metadata."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} on {self._pin().label}>"

@@ -31,9 +31,6 @@ class Estimator(FleetPrimitive, BaseEstimatorV2):
 
     _options_class = EstimatorOptions
 
-    def __init__(self, mode: Any = None, options: Any = None) -> None:
-        FleetPrimitive.__init__(self, mode, options)
-
     @property
     def default_precision(self) -> float:
         return float(self._options.default_precision)

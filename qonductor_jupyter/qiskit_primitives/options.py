@@ -169,12 +169,4 @@ class EstimatorOptions(_PrimitiveOptions):
 
 def make_options(kind: type[_PrimitiveOptions], options: Any) -> Any:
     """The options a primitive was given (a dict, an options object, or None)."""
-    if options is None:
-        return kind()
-    if isinstance(options, kind):
-        return options
-    if isinstance(options, dict):
-        made = kind()
-        made.update(options)
-        return made
-    raise TypeError(f"options must be a dict or {kind.__name__}, got {type(options).__name__}")
+    return kind() if options is None else _group(options, kind)

@@ -31,9 +31,6 @@ class Sampler(FleetPrimitive, BaseSamplerV2):
 
     _options_class = SamplerOptions
 
-    def __init__(self, mode: Any = None, options: Any = None) -> None:
-        FleetPrimitive.__init__(self, mode, options)
-
     @property
     def default_shots(self) -> int:
         return int(self._options.default_shots)
