@@ -42,11 +42,13 @@ from kernel_server.backends.cost_model import machine_rates
 from kernel_server.backends.devices import calibration_id
 from kernel_server.backends.dynamic import has_control_flow
 from kernel_server.backends.guard import (
+    Alternative,
     Budget,
     BudgetExceeded,
     NoBudget,
     fitting_methods,
     remember_miss,
+    still_fitting,
 )
 from kernel_server.backends.guard import settings as guard_settings
 from kernel_server.backends.lazy_dm import (
@@ -176,20 +178,9 @@ _GPU_METHODS = ("statevector", "density_matrix")
 
 
 def _aer_simulator(noise: CompactNoise, method: str, kraus: bool = False) -> AerSimulator:
-    # Double precision: on this machine Aer's single-precision density matrix was no faster
-    # (12 qubits: 1.9-2.5 s single, 2.0-2.1 s double).
-    key = f"{method}+kraus" if kraus else method
-    simulator = noise.simulators.get(key)
-    if simulator is None:
-        model = noise.kraus_noise_model if kraus else noise.noise_model
-        # qiskit-aer-gpu, where a GPU is present, runs the statevector and density-matrix
-        # methods on it (the cost model measured them there too: calibration uses this device).
-        device = "GPU" if machine_rates().gpu and method in _GPU_METHODS else "CPU"
-        simulator = AerSimulator(
-            method=method, noise_model=model, precision="double", device=device
-        )
-        noise.simulators[key] = simulator
-    return simulator
+    # qiskit-aer-gpu, where a GPU is present, runs the statevector and density-matrix methods
+    # on it (the cost model measured them there too: calibration uses this device).
+    return noise.simulator(method, kraus, gpu=machine_rates().gpu and method in _GPU_METHODS)
 
 
 # A guarded Aer run predicted to take longer than this runs its shots in chunks of about this
@@ -301,15 +292,17 @@ def run_noisy_detailed(
     guard = guard_settings()
     fallbacks: list[str] = []
     candidates = fitting_methods(plan, guard, fallbacks)
-    for i, name in enumerate(candidates):
-        later = candidates[i + 1 :]
-        alternative = (later[0], plan.estimated_seconds[later[0]]) if later else None
-        budget = Budget(name, plan.estimated_seconds[name], guard, alternative)
+    while candidates:
+        name = candidates.pop(0)
+        budget = Budget(name, plan.estimated_seconds[name], guard, _alternative(plan, candidates))
         try:
             counts, trajectories = _run_method(name, compact, noise, program, shots, seed, budget)
         except BudgetExceeded as exc:
             remember_miss(compact.circuit, budget, stopped=True)
             fallbacks.append(f"{exc}; stopped")
+            if budget.trajectories:  # what the pilot measured holds for the other reuse method
+                plan = plan.repriced(budget.trajectories)
+                candidates = still_fitting(plan, guard, candidates, fallbacks)
             continue
         if budget.overran():
             remember_miss(compact.circuit, budget, stopped=False)
@@ -321,6 +314,15 @@ def run_noisy_detailed(
         f"no simulation method runs this {compact.circuit.num_qubits}-qubit circuit within its "
         "budget (QONDUCTOR_NOISY_GUARD): " + "; ".join(fallbacks)
     )
+
+
+def _alternative(plan: NoisyRunPlan, later: list[str]) -> Alternative | None:
+    """The method a run may be stopped for: the next candidate."""
+    if not later:
+        return None
+    scales = later[0] in TRAJECTORY_METHODS and later[0] not in plan.missed
+    reuse = plan.trajectories if scales else 0
+    return Alternative(later[0], plan.estimated_seconds[later[0]], reuse)
 
 
 def _run_method(
@@ -340,7 +342,9 @@ def _run_method(
     if name in TRAJECTORY_METHODS:
         assert isinstance(program, LazyProgram)
         simulator = _aer_simulator(noise, TRAJECTORY_METHODS[name])
-        run = run_trajectories(program, noise, shots, seed, name, simulator, check=budget.check)
+        run = run_trajectories(
+            program, noise, shots, seed, name, simulator, check=budget.check, learned=budget.learn
+        )
         return run.counts, run.trajectories
     return _run_aer(compact.circuit, noise, name, shots, seed, budget), None
 

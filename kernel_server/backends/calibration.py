@@ -100,15 +100,9 @@ def lazy_case(
 
 
 def run_aer(circuit: QuantumCircuit, noise: CompactNoise, method: str, shots: int) -> None:
-    # One simulator per method, as the noisy path keeps them: building one hands Aer the whole
-    # noise model (~0.4 s), which a job does not pay.
-    simulator = noise.simulators.get(method)
-    if simulator is None:
-        device = "GPU" if gpu_present() and method in ("statevector", "density_matrix") else "CPU"
-        simulator = AerSimulator(
-            method=method, noise_model=noise.noise_model, precision="double", device=device
-        )
-        noise.simulators[method] = simulator
+    # The simulator the noisy path runs (kept per method: building one costs ~0.4 s).
+    gpu = gpu_present() and method in ("statevector", "density_matrix")
+    simulator = noise.simulator(method, gpu=gpu)
     simulator.run(circuit, shots=shots, seed_simulator=1).result()
 
 

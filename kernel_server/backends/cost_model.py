@@ -79,8 +79,14 @@ _BUILTIN = MachineRates(
 )
 
 
+# Raised when the noisy path runs its simulators differently (e.g. gate fusion, 2): rates and
+# misses measured the old way are measured again.
+_SIMULATOR_SETUP = 2
+
+
 def fingerprint() -> str:
-    """What the rates depend on: CPU model, usable cores, numpy and qiskit-aer versions."""
+    """What the rates depend on: CPU model, usable cores, numpy and qiskit-aer versions, and
+    how the noisy path sets its simulators up."""
     import qiskit_aer
 
     try:
@@ -89,7 +95,8 @@ def fingerprint() -> str:
         cores = os.cpu_count() or 1
     cpu = platform.processor() or platform.machine()
     model = _cpu_model() or cpu
-    return f"{model}|{cores} cores|numpy {np.__version__}|qiskit-aer {qiskit_aer.__version__}"
+    versions = f"numpy {np.__version__}|qiskit-aer {qiskit_aer.__version__}"
+    return f"{model}|{cores} cores|{versions}|setup {_SIMULATOR_SETUP}"
 
 
 def _cpu_model() -> str | None:
@@ -150,6 +157,7 @@ def _write(path: Path, rates: MachineRates) -> None:
         data: dict[str, Any] = asdict(rates)
         if _misses:
             data["misses"] = _misses  # measuring again does not forget what went wrong
+            data["misses_fingerprint"] = rates.fingerprint
         partial.write_text(json.dumps(data, indent=1))
         partial.replace(path)
     except OSError:
@@ -265,6 +273,9 @@ def _load_misses() -> dict[str, dict[str, float]]:
     if _misses is None:
         try:
             data = json.loads(_misses_path().read_text())
+            # A miss is a fact about this machine and these simulators; others' are stale.
+            if data.get("misses_fingerprint") != fingerprint():
+                data = {}
             _misses = {k: dict(v) for k, v in dict(data.get("misses", {})).items()}
         except (OSError, ValueError, TypeError, AttributeError):
             _misses = {}
@@ -307,6 +318,7 @@ def record_miss(circuit: Any, method: str, factor: float) -> None:
         except (OSError, ValueError):
             data = {}
         data["misses"] = misses
+        data["misses_fingerprint"] = fingerprint()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             partial = path.with_suffix(f".{os.getpid()}.tmp")

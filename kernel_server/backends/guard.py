@@ -101,6 +101,24 @@ def resident_bytes() -> int:
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+@dataclass(frozen=True)
+class Alternative:
+    """The method a run may be stopped in favour of, and its predicted time."""
+
+    method: str
+    seconds: float
+    # The trajectory count its price assumed, for a trajectory-reuse method (0: not one). Reuse
+    # prices assume the fewest trajectories a circuit could need; once a reuse run has learned
+    # how many this circuit needs, the other reuse method would need as many.
+    trajectories: int = 0
+
+    def seconds_at(self, trajectories: int) -> float:
+        """Its predicted time once a run has learned the circuit needs ``trajectories``."""
+        if self.trajectories and trajectories > self.trajectories:
+            return self.seconds * trajectories / self.trajectories
+        return self.seconds
+
+
 class Budget:
     """What one method may spend on one run, and when it is stopped.
 
@@ -115,14 +133,18 @@ class Budget:
         method: str,
         predicted_s: float,
         guard: GuardSettings | None = None,
-        alternative: tuple[str, float] | None = None,
+        alternative: Alternative | tuple[str, float] | None = None,
     ):
         guard = guard or settings()
         self.method = method
         self.predicted_s = predicted_s
         self.soft = max(guard.time_factor * predicted_s, guard.min_seconds)
         self.hard = guard.max_seconds
-        self.alternative = alternative  # (method, predicted seconds) to switch to, if any
+        if isinstance(alternative, tuple):
+            alternative = Alternative(*alternative)
+        self.alternative = alternative  # the method to switch to, if any
+        self.trajectories = 0  # what a trajectory-reuse run learned it needs (``learn``)
+        self.learned_s = 0.0  # the whole run's time, at least, at its pilot's pace (``learn``)
         self.memory_bytes = guard.memory_bytes
         self.start = time.perf_counter()
         self.base_memory = resident_bytes()
@@ -135,6 +157,14 @@ class Budget:
     def progress(self, done: float) -> None:
         """The method has finished ``done`` (0 to 1) of its work."""
         self.done = min(max(float(done), 0.0), 1.0)
+
+    def learn(self, trajectories: int, drawn: int) -> None:
+        """A trajectory-reuse run's pilot (``drawn`` trajectories, all of the time so far) measured
+        that the circuit needs ``trajectories``: its pace so far prices the whole run."""
+        self.trajectories = int(trajectories)
+        # Half the pilot's pace: a pilot of few trajectories is up to half Aer's per-call
+        # hand-over of the noise model (0.15-0.3 s), which the later, larger calls amortise.
+        self.learned_s = 0.5 * self.elapsed() * trajectories / max(drawn, 1)
 
     def projected(self) -> float:
         """Seconds the whole run will take at the pace so far (inf before any progress)."""
@@ -164,15 +194,37 @@ class Budget:
                     f"{self.method} held {used / 2**30:.1f} GB, over its budget of "
                     f"{self.memory_bytes / 2**30:.1f} GB"
                 )
+        if self.learned_s:
+            self._check_learned(elapsed)
         if elapsed > self.soft and self.alternative is not None:
             remaining = self.projected() - elapsed
-            name, seconds = self.alternative
+            name = self.alternative.method
+            seconds = self.alternative.seconds_at(self.trajectories)
             if remaining > seconds:
                 raise BudgetExceeded(
                     f"{self.method} ran {elapsed:.1f} s (predicted {self.predicted_s:.2f} s) and "
                     f"would need ~{remaining:.0f} s more; {name} is predicted to take "
                     f"{seconds:.1f} s"
                 )
+
+    def _check_learned(self, elapsed: float) -> None:
+        """Stop a reuse run at once when its pilot shows it would pass the ceiling, or take
+        more than twice as long as the next method (a margin: that one is only predicted)."""
+        if self.learned_s > self.hard:
+            raise BudgetExceeded(
+                f"{self.method} needs ~{self.trajectories} trajectories for this circuit: "
+                f"~{self.learned_s:.0f} s at its pilot's pace, past the ceiling of "
+                f"{self.hard:.0f} s"
+            )
+        if self.alternative is None:
+            return
+        seconds = self.alternative.seconds_at(self.trajectories)
+        if self.learned_s - elapsed > 2 * seconds:
+            raise BudgetExceeded(
+                f"{self.method} needs ~{self.trajectories} trajectories for this circuit: "
+                f"~{self.learned_s:.0f} s at its pilot's pace; {self.alternative.method} is "
+                f"predicted to take {seconds:.1f} s"
+            )
 
 
 class NoBudget(Budget):
@@ -182,6 +234,8 @@ class NoBudget(Budget):
         self.method, self.predicted_s = "", 0.0
         self.soft = self.hard = float("inf")
         self.alternative = None
+        self.trajectories = 0
+        self.learned_s = 0.0
         self.memory_bytes = 2**62
         self.start = time.perf_counter()
         self.base_memory = 0
@@ -208,6 +262,24 @@ def fitting_methods(plan: NoisyRunPlan, guard: GuardSettings, why: list[str]) ->
             why.append(
                 f"{name} not tried: predicted {predicted:.0f} s, over the "
                 f"{guard.max_seconds:.0f} s ceiling"
+            )
+        else:
+            kept.append(name)
+    return kept
+
+
+def still_fitting(
+    plan: NoisyRunPlan, guard: GuardSettings, candidates: list[str], why: list[str]
+) -> list[str]:
+    """``candidates`` not tried yet, re-ranked on a repriced plan; those now over the ceiling
+    are dropped with their reason added to ``why``."""
+    kept = []
+    for name in sorted(candidates, key=plan.estimated_seconds.__getitem__):
+        predicted = plan.estimated_seconds[name]
+        if predicted > guard.max_seconds:
+            why.append(
+                f"{name} not tried: at the trajectories this circuit needs, predicted "
+                f"{predicted:.0f} s, over the {guard.max_seconds:.0f} s ceiling"
             )
         else:
             kept.append(name)

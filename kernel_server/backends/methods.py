@@ -21,7 +21,7 @@ can run the circuit. What each is for:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,11 @@ from kernel_server.backends.cost_model import MachineRates, machine_rates
 from kernel_server.backends.dynamic import costliest_path
 from kernel_server.backends.lazy_dm import LazyProgram, plan_lazy
 from kernel_server.backends.noise import CompactNoise
-from kernel_server.backends.trajectories import EXTRA_VARIANCE, PILOT_TRAJECTORIES
+from kernel_server.backends.trajectories import (
+    EXTRA_VARIANCE,
+    PILOT_TRAJECTORIES,
+    TRAJECTORY_METHODS,
+)
 from kernel_server.backends.work import (
     MPS_MAX_BOND,
     density_matrix_work,
@@ -86,10 +90,25 @@ class NoisyRunPlan:
     estimated_memory: dict[str, float] = field(default_factory=dict)
     # Methods priced up because they overran on this circuit before (cost_model.record_miss).
     missed: tuple[str, ...] = ()
+    # Trajectories the reuse methods' prices assume: the fewest the circuit could need.
+    trajectories: int = 0
 
     def ranked(self) -> list[str]:
         """The methods that can run the circuit, cheapest first."""
         return sorted(self.estimated_seconds, key=self.estimated_seconds.__getitem__)
+
+    def repriced(self, trajectories: int) -> NoisyRunPlan:
+        """This plan once a reuse run has measured that the circuit needs ``trajectories``: the
+        reuse methods priced at that many (their price is nearly all per trajectory)."""
+        if not self.trajectories or trajectories <= self.trajectories:
+            return self
+        scale = trajectories / self.trajectories
+        # A method priced by its own past misses on this circuit is priced by experience.
+        seconds = {
+            name: value * scale if name in TRAJECTORY_METHODS and name not in self.missed else value
+            for name, value in self.estimated_seconds.items()
+        }
+        return replace(self, estimated_seconds=seconds, trajectories=trajectories)
 
 
 def _samples_once(circuit: QuantumCircuit) -> bool:
@@ -134,6 +153,11 @@ def _aer_estimates(circuit: QuantumCircuit, shots: int, rates: MachineRates) -> 
     return estimates
 
 
+def reuse_trajectories(program: LazyProgram, shots: int) -> int:
+    """The trajectories the reuse methods are priced at (see ``_reuse_trajectories``)."""
+    return min(shots, _reuse_trajectories(len(program.measured), shots))
+
+
 def _reuse_estimates(
     program: LazyProgram, circuit: QuantumCircuit, shots: int, rates: MachineRates
 ) -> tuple[dict[str, float], int]:
@@ -141,7 +165,7 @@ def _reuse_estimates(
     concentrated outputs, which make them fall back to one trajectory per shot); also the MPS
     bond bound, which prices its memory."""
     estimates: dict[str, float] = {}
-    trajectories = min(shots, _reuse_trajectories(len(program.measured), shots))
+    trajectories = reuse_trajectories(program, shots)
     gates, _ = gate_count(circuit)
     if circuit.num_qubits <= REUSE_MAX_QUBITS:
         per_trajectory = (
@@ -217,8 +241,16 @@ def plan_methods(
         reason = _why_not(method, circuit, noise, unsupported)
         raise ValueError(f"{method} cannot run this circuit: {reason}")
     memory = _memory_estimates(circuit, program, estimates, bond)
+    trajectories = reuse_trajectories(program, shots) if isinstance(program, LazyProgram) else 0
     plan = NoisyRunPlan(
-        method, physical_qubits, estimates, unsupported, rates.measured, memory, missed
+        method,
+        physical_qubits,
+        estimates,
+        unsupported,
+        rates.measured,
+        memory,
+        missed,
+        trajectories,
     )
     return plan, program
 

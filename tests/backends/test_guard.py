@@ -13,7 +13,16 @@ from qiskit.quantum_info import hellinger_fidelity
 from kernel_server.backends import aer_sim, cost_model
 from kernel_server.backends.compile import transpile_for
 from kernel_server.backends.devices import load_backend
-from kernel_server.backends.guard import GUARD_ENV, Budget, BudgetExceeded, GuardSettings, settings
+from kernel_server.backends.guard import (
+    GUARD_ENV,
+    Alternative,
+    Budget,
+    BudgetExceeded,
+    GuardSettings,
+    settings,
+    still_fitting,
+)
+from kernel_server.backends.methods import NoisyRunPlan
 
 SHOTS = 4000
 
@@ -115,6 +124,61 @@ def test_a_late_method_with_no_faster_alternative_goes_on_until_the_ceiling():
     time.sleep(0.2)
     with pytest.raises(BudgetExceeded, match="past the ceiling"):
         late.check(0.9)
+
+
+def test_a_reuse_pilot_that_shows_the_run_too_long_stops_it_at_once():
+    # The pilot drew 8 trajectories in ~0.02 s; 1000 are needed: ~1.25 s at half its pace.
+    ceiling = Budget("mps_reuse", 0.001, guard_settings(max_seconds=1.0))
+    time.sleep(0.02)
+    ceiling.learn(1000, 8)
+    with pytest.raises(BudgetExceeded, match="needs ~1000 trajectories.*past the ceiling"):
+        ceiling.check(8 / 1000)
+    # Another reuse method would need as many trajectories: no reason to switch to it.
+    reuse = Alternative("statevector_reuse", 0.05, trajectories=8)
+    same = Budget("mps_reuse", 0.001, guard_settings(), alternative=reuse)
+    time.sleep(0.02)
+    same.learn(800, 8)
+    assert reuse.seconds_at(800) == pytest.approx(5.0)
+    same.check(8 / 800)
+    # A method whose price does not depend on trajectories, and is much faster: switch now,
+    # long before the soft deadline (5 s).
+    other = Budget(
+        "mps_reuse", 0.001, guard_settings(), alternative=Alternative("lazy_density_matrix", 0.1)
+    )
+    time.sleep(0.02)
+    other.learn(800, 8)
+    with pytest.raises(BudgetExceeded, match="lazy_density_matrix is predicted to take 0.1 s"):
+        other.check(8 / 800)
+
+
+def test_what_a_pilot_learned_reprices_the_reuse_methods_not_yet_tried():
+    plan = NoisyRunPlan(
+        method="mps_reuse",
+        physical_qubits=(0, 1, 2),
+        estimated_seconds={
+            "mps_reuse": 0.1,
+            "statevector_reuse": 0.2,
+            "statevector": 30.0,
+            "lazy_density_matrix": 50.0,
+        },
+        lazy_unsupported=None,
+        rates_measured=True,
+        trajectories=8,
+    )
+    repriced = plan.repriced(4000)
+    assert repriced.estimated_seconds["statevector_reuse"] == pytest.approx(100.0)
+    assert repriced.estimated_seconds["statevector"] == 30.0
+    why: list[str] = []
+    left = still_fitting(repriced, guard_settings(max_seconds=60.0), ["statevector_reuse",
+                         "lazy_density_matrix", "statevector"], why)  # fmt: skip
+    assert left == ["statevector", "lazy_density_matrix"]
+    assert why and why[0].startswith("statevector_reuse not tried: at the trajectories")
+    # A method priced by its own misses on the circuit keeps that price.
+    missed = NoisyRunPlan(
+        "mps_reuse", (0,), {"statevector_reuse": 20.0}, None, True, missed=("statevector_reuse",),
+        trajectories=8,
+    )  # fmt: skip
+    assert missed.repriced(4000).estimated_seconds["statevector_reuse"] == 20.0
 
 
 def test_guard_settings_are_read_and_checked(monkeypatch):
