@@ -31,6 +31,7 @@ from qiskit.circuit import ControlFlowOp, Measure
 from kernel_server.backends.cost_model import MachineRates, machine_rates
 from kernel_server.backends.dynamic import costliest_path
 from kernel_server.backends.lazy_dm import LazyProgram, plan_lazy
+from kernel_server.backends.mps_probe import NOISY_OVER_IDEAL, PROBE_CAP, measured_bond
 from kernel_server.backends.noise import CompactNoise
 from kernel_server.backends.trajectories import (
     EXTRA_VARIANCE,
@@ -74,6 +75,11 @@ LAZY_MAX_ENTRIES = 2**26
 # Statevector reuse keeps the pilot's probabilities (8 x 2^m doubles) and a 2^k state per core;
 # past 24 qubits the guard's memory budget decides (25 qubits: about 2 GB on 2 cores).
 REUSE_MAX_QUBITS = 26
+# Width from which a loose MPS bond bound is measured (mps_probe): below it statevector
+# trajectories are cheap enough, and a probe of an entangled circuit would cost more than it saves.
+PROBE_MIN_QUBITS = 20
+# ... and only when statevector reuse would take longer than this (a probe can take seconds).
+PROBE_WORTH_S = 20.0
 _CLIFFORD = {"cx", "cy", "cz", "ecr", "h", "id", "s", "sdg", "swap", "sx", "sxdg", "x", "y", "z"}
 
 
@@ -176,9 +182,18 @@ def _reuse_estimates(
     # Unmeasured active qubits (routing ancillas) are sampled with the rest and dropped.
     order = mps_order(circuit)
     bond = max(mps_bonds(circuit, order), default=1)
+    cap, probe = None, None
+    dear = estimates.get("statevector_reuse", float("inf")) > PROBE_WORTH_S
+    if bond > PROBE_CAP and circuit.num_qubits >= PROBE_MIN_QUBITS and dear:
+        probe = measured_bond(circuit)
+        if probe.bond is not None:  # noisy trajectories priced at twice what the gates reach
+            cap = bond = min(bond, 2 * probe.bond)
     if bond <= MPS_MAX_BOND:
-        ops, units = mps_work(circuit, order)
+        ops, units = mps_work(circuit, order, cap)
         per_trajectory = ops * rates.aer_mps_op_s + units / rates.aer_mps_chi3_per_s
+        if probe is not None and probe.bond is not None:
+            # The probe ran these very gates: its time prices them better than brickwork rates.
+            per_trajectory = NOISY_OVER_IDEAL * probe.seconds
         sampling = shots * circuit.num_qubits * bond**2 * 4e-9
         estimates["mps_reuse"] = 2 * rates.aer_call_s + trajectories * per_trajectory + sampling
     return estimates, bond
