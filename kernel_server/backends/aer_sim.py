@@ -174,13 +174,9 @@ def plan_noisy_run(
     return plan_methods(compact.circuit, noise, compact.physical_qubits, shots, method)[0]
 
 
-_GPU_METHODS = ("statevector", "density_matrix")
-
-
 def _aer_simulator(noise: CompactNoise, method: str, kraus: bool = False) -> AerSimulator:
-    # qiskit-aer-gpu, where a GPU is present, runs the statevector and density-matrix methods
-    # on it (the cost model measured them there too: calibration uses this device).
-    return noise.simulator(method, kraus, gpu=machine_rates().gpu and method in _GPU_METHODS)
+    # The cost model measured the GPU methods on the GPU too (calibration uses the same device).
+    return noise.simulator(method, kraus, gpu=machine_rates().gpu)
 
 
 # A guarded Aer run predicted to take longer than this runs its shots in chunks of about this
@@ -320,8 +316,7 @@ def _alternative(plan: NoisyRunPlan, later: list[str]) -> Alternative | None:
     """The method a run may be stopped for: the next candidate."""
     if not later:
         return None
-    scales = later[0] in TRAJECTORY_METHODS and later[0] not in plan.missed
-    reuse = plan.trajectories if scales else 0
+    reuse = plan.trajectories if plan.scales_with_trajectories(later[0]) else 0
     return Alternative(later[0], plan.estimated_seconds[later[0]], reuse)
 
 

@@ -101,8 +101,7 @@ def lazy_case(
 
 def run_aer(circuit: QuantumCircuit, noise: CompactNoise, method: str, shots: int) -> None:
     # The simulator the noisy path runs (kept per method: building one costs ~0.4 s).
-    gpu = gpu_present() and method in ("statevector", "density_matrix")
-    simulator = noise.simulator(method, gpu=gpu)
+    simulator = noise.simulator(method, gpu=gpu_present())
     simulator.run(circuit, shots=shots, seed_simulator=1).result()
 
 

@@ -133,15 +133,13 @@ class Budget:
         method: str,
         predicted_s: float,
         guard: GuardSettings | None = None,
-        alternative: Alternative | tuple[str, float] | None = None,
+        alternative: Alternative | None = None,
     ):
         guard = guard or settings()
         self.method = method
         self.predicted_s = predicted_s
         self.soft = max(guard.time_factor * predicted_s, guard.min_seconds)
         self.hard = guard.max_seconds
-        if isinstance(alternative, tuple):
-            alternative = Alternative(*alternative)
         self.alternative = alternative  # the method to switch to, if any
         self.trajectories = 0  # what a trajectory-reuse run learned it needs (``learn``)
         self.learned_s = 0.0  # the whole run's time, at least, at its pilot's pace (``learn``)

@@ -103,6 +103,11 @@ class NoisyRunPlan:
         """The methods that can run the circuit, cheapest first."""
         return sorted(self.estimated_seconds, key=self.estimated_seconds.__getitem__)
 
+    def scales_with_trajectories(self, name: str) -> bool:
+        """Whether ``name``'s price is per trajectory at ``trajectories`` (a reuse method not
+        priced by its own misses on this circuit: those are priced by experience)."""
+        return name in TRAJECTORY_METHODS and name not in self.missed
+
     def repriced(self, trajectories: int) -> NoisyRunPlan:
         """This plan once a reuse run has measured that the circuit needs ``trajectories``: the
         reuse methods priced at that many (their price is nearly all per trajectory)."""
@@ -138,10 +143,12 @@ def _samples_once(circuit: QuantumCircuit) -> bool:
     return True
 
 
-def _reuse_trajectories(measured: int, shots: int) -> int:
-    """Trajectories reuse needs at the least: the pilot, or what a uniform output would need."""
-    uniform = 2.0**-measured
-    return max(PILOT_TRAJECTORIES, int(np.ceil(uniform * shots / (EXTRA_VARIANCE * (1 - uniform)))))
+def reuse_trajectories(program: LazyProgram, shots: int) -> int:
+    """Trajectories the reuse methods are priced at, the fewest they could need: the pilot, or
+    what a uniform output would need (never more than one per shot)."""
+    uniform = 2.0 ** -len(program.measured)
+    uniform_need = int(np.ceil(uniform * shots / (EXTRA_VARIANCE * (1 - uniform))))
+    return min(shots, max(PILOT_TRAJECTORIES, uniform_need))
 
 
 def _aer_estimates(circuit: QuantumCircuit, shots: int, rates: MachineRates) -> dict[str, float]:
@@ -157,11 +164,6 @@ def _aer_estimates(circuit: QuantumCircuit, shots: int, rates: MachineRates) -> 
     per_trajectory = gates * rates.aer_sv_op_s + trajectory_work(path) / rates.aer_sv_amp_per_s
     estimates["statevector"] = rates.aer_call_s + shots * per_trajectory
     return estimates
-
-
-def reuse_trajectories(program: LazyProgram, shots: int) -> int:
-    """The trajectories the reuse methods are priced at (see ``_reuse_trajectories``)."""
-    return min(shots, _reuse_trajectories(len(program.measured), shots))
 
 
 def _reuse_estimates(
@@ -182,18 +184,19 @@ def _reuse_estimates(
     # Unmeasured active qubits (routing ancillas) are sampled with the rest and dropped.
     order = mps_order(circuit)
     bond = max(mps_bonds(circuit, order), default=1)
-    cap, probe = None, None
+    probe = None
     dear = estimates.get("statevector_reuse", float("inf")) > PROBE_WORTH_S
     if bond > PROBE_CAP and circuit.num_qubits >= PROBE_MIN_QUBITS and dear:
         probe = measured_bond(circuit)
         if probe.bond is not None:  # noisy trajectories priced at twice what the gates reach
-            cap = bond = min(bond, 2 * probe.bond)
+            bond = min(bond, 2 * probe.bond)
     if bond <= MPS_MAX_BOND:
-        ops, units = mps_work(circuit, order, cap)
-        per_trajectory = ops * rates.aer_mps_op_s + units / rates.aer_mps_chi3_per_s
         if probe is not None and probe.bond is not None:
             # The probe ran these very gates: its time prices them better than brickwork rates.
             per_trajectory = NOISY_OVER_IDEAL * probe.seconds
+        else:
+            ops, units = mps_work(circuit, order)
+            per_trajectory = ops * rates.aer_mps_op_s + units / rates.aer_mps_chi3_per_s
         sampling = shots * circuit.num_qubits * bond**2 * 4e-9
         estimates["mps_reuse"] = 2 * rates.aer_call_s + trajectories * per_trajectory + sampling
     return estimates, bond

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from qiskit import QuantumCircuit
 from qiskit_aer import AerSimulator
 
+from kernel_server.backends.cost_model import circuit_digest
 from kernel_server.core.cache import LRU
 
 __all__ = ["NOISY_OVER_IDEAL", "PROBE_CAP", "Probe", "measured_bond"]
@@ -51,8 +52,6 @@ _measured: LRU[Probe] = LRU(256)
 def measured_bond(circuit: QuantumCircuit) -> Probe:
     """Largest bond dimension the ideal MPS of ``circuit``'s gates reaches (None when it reaches
     ``PROBE_CAP``, or the circuit has operations the probe cannot run), and the run's time."""
-    from kernel_server.backends.cost_model import circuit_digest
-
     key = circuit_digest(circuit)
     known = _measured.get(key)
     if known is None:

@@ -174,6 +174,7 @@ def _error_spec(target: Any, qargs: tuple[int, ...], prop: Any, is_gate: bool) -
 # (13 qubits, 1401 gates on fake_torino, one trajectory per shot) took 47.6 ms a shot unfused,
 # 10.4 ms fusing up to two qubits and 8.9 ms up to three (four: slower again).
 NOISY_FUSION: dict[str, Any] = {"fusion_threshold": 1, "fusion_max_qubit": 3}
+GPU_METHODS = ("statevector", "density_matrix")  # what qiskit-aer-gpu runs on a GPU
 
 
 @dataclass
@@ -239,16 +240,18 @@ class CompactNoise:
 
     def simulator(self, method: str, kraus: bool = False, gpu: bool = False) -> AerSimulator:
         """The Aer simulator of ``method`` under this noise (one per method, kept: building one
-        hands Aer the whole noise model, ~0.4 s, which a job should not pay each time)."""
+        hands Aer the whole noise model, ~0.4 s, which a job should not pay each time).
+
+        ``gpu``: a GPU is present (qiskit-aer-gpu); the statevector and density-matrix methods
+        then run on it."""
         key = f"{method}+kraus" if kraus else method
         with self._lock:
             simulator = self.simulators.get(key)
         if simulator is not None:
             return simulator
         model = self.kraus_noise_model if kraus else self.noise_model
-        options: dict[str, Any] = {}
-        if method == "statevector" and not gpu:
-            options = NOISY_FUSION
+        gpu = gpu and method in GPU_METHODS
+        options = NOISY_FUSION if method == "statevector" and not gpu else {}
         # Double precision: on this machine Aer's single-precision density matrix was no
         # faster (12 qubits: 1.9-2.5 s single, 2.0-2.1 s double).
         simulator = AerSimulator(

@@ -100,20 +100,15 @@ def mps_bonds(circuit: QuantumCircuit, order: list[int]) -> list[int]:
     return [int(2**e) for e in exponent]
 
 
-def mps_work(
-    circuit: QuantumCircuit, order: list[int] | None = None, cap: int | None = None
-) -> tuple[float, float]:
+def mps_work(circuit: QuantumCircuit, order: list[int] | None = None) -> tuple[float, float]:
     """(operations, chi^3 units) of one noisy MPS trajectory in ``order`` (default the best).
 
     Each gate is an operation and so is its error; a two-qubit gate over positions a < b costs
     the cube of the widest bond it spans for each of the b - a steps Aer moves a qubit to reach
-    the other. A bound, not a prediction: the real bonds are often smaller (``cap``: no bond
-    above it, as a measured bond says, ``mps_probe``).
+    the other. A bound, not a prediction: the real bonds are often smaller.
     """
     order = mps_order(circuit) if order is None else order
     bonds = mps_bonds(circuit, order)
-    if cap is not None:
-        bonds = [min(b, cap) for b in bonds]
     position = {q: i for i, q in enumerate(order)}
     index = {bit: i for i, bit in enumerate(circuit.qubits)}
     ops, units = 0.0, 0.0

@@ -116,7 +116,10 @@ def test_a_late_method_with_no_faster_alternative_goes_on_until_the_ceiling():
     time.sleep(0.02)
     late.check(0.5)  # over its soft budget, but nothing else would do better: goes on
     switch = Budget(
-        "mps_reuse", 0.001, guard_settings(min_seconds=0.0), alternative=("statevector", 0.001)
+        "mps_reuse",
+        0.001,
+        guard_settings(min_seconds=0.0),
+        alternative=Alternative("statevector", 0.001),
     )
     time.sleep(0.02)
     with pytest.raises(BudgetExceeded, match="statevector is predicted to take"):
