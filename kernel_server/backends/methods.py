@@ -34,12 +34,13 @@ from kernel_server.backends.lazy_dm import LazyProgram, plan_lazy
 from kernel_server.backends.mps_probe import NOISY_OVER_IDEAL, PROBE_CAP, measured_bond
 from kernel_server.backends.noise import CompactNoise
 from kernel_server.backends.trajectories import (
-    EXTRA_VARIANCE,
     PILOT_TRAJECTORIES,
     TRAJECTORY_METHODS,
+    needed_trajectories,
 )
 from kernel_server.backends.work import (
     MPS_MAX_BOND,
+    clifford_support_bits,
     density_matrix_work,
     gate_count,
     mps_bonds,
@@ -143,12 +144,18 @@ def _samples_once(circuit: QuantumCircuit) -> bool:
     return True
 
 
-def reuse_trajectories(program: LazyProgram, shots: int) -> int:
+def reuse_trajectories(program: LazyProgram, shots: int, support_bits: int | None = None) -> int:
     """Trajectories the reuse methods are priced at, the fewest they could need: the pilot, or
-    what a uniform output would need (never more than one per shot)."""
-    uniform = 2.0 ** -len(program.measured)
-    uniform_need = int(np.ceil(uniform * shots / (EXTRA_VARIANCE * (1 - uniform))))
-    return min(shots, max(PILOT_TRAJECTORIES, uniform_need))
+    what a uniform output would need (never more than one per shot). A Clifford circuit's
+    ideal output is uniform over 2^``support_bits`` outcomes, which a trajectory's keeps (Pauli
+    errors move a stabilizer state's outcomes, not their number): that output's need prices it.
+    """
+    bits = len(program.measured)
+    if support_bits is not None:
+        bits = min(bits, support_bits)
+    if bits == 0:  # one outcome: every trajectory's noise shows only shot by shot
+        return shots
+    return min(shots, max(PILOT_TRAJECTORIES, needed_trajectories(2.0**-bits, shots)))
 
 
 def _aer_estimates(circuit: QuantumCircuit, shots: int, rates: MachineRates) -> dict[str, float]:
@@ -167,13 +174,16 @@ def _aer_estimates(circuit: QuantumCircuit, shots: int, rates: MachineRates) -> 
 
 
 def _reuse_estimates(
-    program: LazyProgram, circuit: QuantumCircuit, shots: int, rates: MachineRates
+    program: LazyProgram,
+    circuit: QuantumCircuit,
+    shots: int,
+    rates: MachineRates,
+    trajectories: int,
 ) -> tuple[dict[str, float], int]:
     """Statevector and MPS reuse at the fewest trajectories they could need (a lower bound for
     concentrated outputs, which make them fall back to one trajectory per shot); also the MPS
     bond bound, which prices its memory."""
     estimates: dict[str, float] = {}
-    trajectories = reuse_trajectories(program, shots)
     gates, _ = gate_count(circuit)
     if circuit.num_qubits <= REUSE_MAX_QUBITS:
         per_trajectory = (
@@ -202,8 +212,8 @@ def _reuse_estimates(
     return estimates, bond
 
 
-def stabilizer_exact(circuit: QuantumCircuit, noise: CompactNoise) -> str | None:
-    """Why the stabilizer method would not be exact for this circuit and noise, or None."""
+def _non_clifford(circuit: QuantumCircuit) -> str | None:
+    """The first gate that makes ``circuit`` other than Clifford, said in words, or None."""
     for instruction in circuit.data:
         operation = instruction.operation
         name = operation.name
@@ -215,6 +225,14 @@ def stabilizer_exact(circuit: QuantumCircuit, noise: CompactNoise) -> str | None
                 continue
             return "rz by a non-Clifford angle"
         return f"non-Clifford gate {name!r}"
+    return None
+
+
+def stabilizer_exact(circuit: QuantumCircuit, noise: CompactNoise) -> str | None:
+    """Why the stabilizer method would not be exact for this circuit and noise, or None."""
+    gate = _non_clifford(circuit)
+    if gate is not None:
+        return gate
     # Thermal relaxation is a mixture of I, Z and reset only when T2 <= T1.
     if any(t2 > t1 * (1 + 1e-12) for t1, t2 in zip(noise.t1s, noise.t2s, strict=True)):
         return "relaxation with T2 > T1 is not a Pauli-and-reset mixture"
@@ -239,7 +257,7 @@ def plan_methods(
     program = plan_lazy(circuit)
     estimates = _aer_estimates(circuit, shots, rates)
     unsupported = program if isinstance(program, str) else None
-    bond = 1
+    bond, trajectories = 1, 0
     if isinstance(program, LazyProgram):
         if program.peak_entries <= LAZY_MAX_ENTRIES:
             estimates["lazy_density_matrix"] = (
@@ -247,7 +265,11 @@ def plan_methods(
             )
         else:
             unsupported = f"peak state of {program.peak_entries} entries"
-        reuse, bond = _reuse_estimates(program, circuit, shots, rates)
+        support = None
+        if _non_clifford(circuit) is None:
+            support = clifford_support_bits(circuit, sorted(program.measured))
+        trajectories = reuse_trajectories(program, shots, support)
+        reuse, bond = _reuse_estimates(program, circuit, shots, rates, trajectories)
         estimates.update(reuse)
     if noise is not None and stabilizer_exact(circuit, noise) is None:
         gates, _ = gate_count(costliest_path(circuit))
@@ -259,7 +281,6 @@ def plan_methods(
         reason = _why_not(method, circuit, noise, unsupported)
         raise ValueError(f"{method} cannot run this circuit: {reason}")
     memory = _memory_estimates(circuit, program, estimates, bond)
-    trajectories = reuse_trajectories(program, shots) if isinstance(program, LazyProgram) else 0
     plan = NoisyRunPlan(
         method,
         physical_qubits,

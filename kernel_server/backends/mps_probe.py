@@ -47,6 +47,9 @@ class Probe:
 
 
 _measured: LRU[Probe] = LRU(256)
+# Aer (0.17-0.18) never clears its MPS log: each run's log holds every earlier logged run of the
+# process before its own entries. What this module has already read is cut off by prefix.
+_log_read = [""]
 
 
 def measured_bond(circuit: QuantumCircuit) -> Probe:
@@ -79,6 +82,8 @@ def _probe(circuit: QuantumCircuit) -> int | None:
     )
     result = simulator.run(body, shots=1).result()
     log = str(result.results[0].metadata.get("MPS_log_data", ""))
-    bonds = [int(b) for group in _BONDS.findall(log) for b in group.split()]
+    own = log[len(_log_read[0]) :] if log.startswith(_log_read[0]) else log
+    _log_read[0] = log.rstrip("} ")
+    bonds = [int(b) for group in _BONDS.findall(own) for b in group.split()]
     widest = max(bonds, default=1)
     return None if widest >= PROBE_CAP else widest

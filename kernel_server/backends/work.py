@@ -13,6 +13,7 @@ from qiskit import QuantumCircuit
 
 __all__ = [
     "MPS_MAX_BOND",
+    "clifford_support_bits",
     "density_matrix_work",
     "gate_count",
     "mps_bonds",
@@ -119,3 +120,47 @@ def mps_work(circuit: QuantumCircuit, order: list[int] | None = None) -> tuple[f
             widest = max(bonds[a:b], default=1)
             units += (b - a) * float(widest) ** 3
     return ops, units
+
+
+def _gf2_rank(matrix: np.ndarray) -> int:
+    rows = matrix.astype(bool).copy()
+    rank = 0
+    for column in range(rows.shape[1]):
+        pivots = np.flatnonzero(rows[rank:, column])
+        if not len(pivots):
+            continue
+        pivot = rank + int(pivots[0])
+        rows[[rank, pivot]] = rows[[pivot, rank]]
+        below = np.flatnonzero(rows[:, column])
+        below = below[below != rank]
+        rows[below] ^= rows[rank]
+        rank += 1
+        if rank == rows.shape[0]:
+            break
+    return rank
+
+
+def clifford_support_bits(circuit: QuantumCircuit, measured: list[int]) -> int | None:
+    """log2 of how many outcomes the ideal output of a Clifford circuit has on ``measured``
+    (they are equally likely), or None for a circuit with other gates.
+
+    A stabilizer state's outcomes on S are uniform over 2^(|S| - k), k the number of independent
+    stabilizers that are Z-only and inside S: the generators' combinations that vanish on every
+    X column and on the Z columns outside S, n - rank of those columns.
+    """
+    from qiskit.exceptions import QiskitError
+    from qiskit.quantum_info import Clifford
+
+    gates = QuantumCircuit(circuit.num_qubits)
+    index = {bit: i for i, bit in enumerate(circuit.qubits)}
+    for instruction in circuit.data:
+        if instruction.operation.name not in _IDLE:
+            gates.append(instruction.operation, [index[q] for q in instruction.qubits])
+    try:
+        tableau = Clifford(gates)
+    except (QiskitError, TypeError, ValueError):  # a non-Clifford gate or angle
+        return None
+    outside = [q for q in range(circuit.num_qubits) if q not in set(measured)]
+    columns = np.hstack([tableau.stab_x, tableau.stab_z[:, outside]])
+    z_inside = circuit.num_qubits - _gf2_rank(columns)
+    return len(measured) - z_inside

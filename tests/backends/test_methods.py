@@ -19,7 +19,7 @@ from kernel_server.backends import aer_sim, cost_model, trajectories
 from kernel_server.backends.compile import transpile_for
 from kernel_server.backends.devices import load_backend
 from kernel_server.backends.methods import METHODS, stabilizer_exact
-from kernel_server.backends.work import mps_bonds, mps_order
+from kernel_server.backends.work import clifford_support_bits, mps_bonds, mps_order
 
 SHOTS = 4000
 
@@ -189,6 +189,36 @@ def test_cost_model_picks_each_method_for_its_kind_of_circuit(torino, pauli_rela
     wide.h(0)
     wide.measure_all()
     assert _method(wide, torino) == "statevector"
+
+
+def test_a_clifford_output_counts_its_outcomes_from_the_tableau() -> None:
+    # GHZ: two outcomes on all three qubits, and a uniform bit on any one of them.
+    g = QuantumCircuit(3)
+    g.h(0)
+    g.cx(0, 1)
+    g.cx(1, 2)
+    assert clifford_support_bits(g, [0, 1, 2]) == 1
+    assert clifford_support_bits(g, [2]) == 1
+    # Two Hadamards: four outcomes, two of them on one qubit; a T gate is not Clifford.
+    p = QuantumCircuit(3)
+    p.h([0, 1])
+    p.rz(np.pi / 2, 0)
+    assert clifford_support_bits(p, [0, 1, 2]) == 2
+    assert clifford_support_bits(p, [1, 2]) == 1
+    p.t(0)
+    assert clifford_support_bits(p, [0, 1, 2]) is None
+    # Against the exact distribution: a random Clifford network of 8 qubits.
+    rng = np.random.default_rng(3)
+    net = QuantumCircuit(8)
+    net.h([0, 3, 5])
+    for _ in range(12):
+        a, b = (int(q) for q in rng.choice(8, 2, replace=False))
+        net.cx(a, b)
+        net.s(a)
+    for measured in ([0, 1, 2, 3, 4, 5, 6, 7], [1, 4, 6]):
+        probabilities = Statevector(net).probabilities(measured)
+        support = int(np.count_nonzero(probabilities > 1e-9))
+        assert 2 ** clifford_support_bits(net, measured) == support
 
 
 def test_mps_order_follows_the_interaction_graph() -> None:

@@ -62,3 +62,17 @@ def test_the_chooser_prices_mps_by_the_measured_bond(monkeypatch):
     assert after.estimated_memory["mps_reuse"] == 64.0 * 12 * 4**2 * 16
     if "mps_reuse" in before.estimated_memory:
         assert before.estimated_memory["mps_reuse"] > after.estimated_memory["mps_reuse"]
+
+
+def test_each_probe_reads_only_its_own_run():
+    # Aer's MPS log keeps every earlier run of the process: a wide bond seen before must not
+    # show in a later probe of a narrow circuit.
+    rng = np.random.default_rng(0)
+    wide = QuantumCircuit(12)
+    wide.h(range(4))
+    for _ in range(5):
+        pairs = rng.permutation(12)
+        for i in range(0, 12, 2):
+            wide.cx(int(pairs[i]), int(pairs[i + 1]))
+    assert mps_probe.measured_bond(wide).bond >= 8
+    assert mps_probe.measured_bond(zigzag_ghz(10)).bond == 2
