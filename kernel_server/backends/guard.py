@@ -17,7 +17,7 @@ not started; where no method fits, the run fails at once and says why, rather th
 machine for hours.
 
 Configured by ``QONDUCTOR_NOISY_GUARD`` (comma-separated ``key=value``): ``time_factor`` (5),
-``min_seconds`` (5), ``max_seconds`` (120, the ceiling of any run), ``memory_share`` (0.25 of
+``min_seconds`` (5), ``max_seconds`` (60, the ceiling of any run), ``memory_share`` (0.25 of
 the machine's memory) and ``max_memory_gb`` (4).
 """
 
@@ -38,7 +38,7 @@ GUARD_ENV = "QONDUCTOR_NOISY_GUARD"
 _DEFAULTS = {
     "time_factor": 5.0,
     "min_seconds": 5.0,
-    "max_seconds": 120.0,
+    "max_seconds": 60.0,
     "memory_share": 0.25,
     "max_memory_gb": 4.0,
 }

@@ -30,6 +30,7 @@ from qiskit.circuit import ControlFlowOp, Measure
 
 from kernel_server.backends.cost_model import MachineRates, machine_rates
 from kernel_server.backends.dynamic import costliest_path
+from kernel_server.backends.guard import settings as guard_settings
 from kernel_server.backends.lazy_dm import LazyProgram, plan_lazy
 from kernel_server.backends.mps_probe import NOISY_OVER_IDEAL, PROBE_CAP, measured_bond
 from kernel_server.backends.noise import CompactNoise
@@ -195,7 +196,11 @@ def _reuse_estimates(
     order = mps_order(circuit)
     bond = max(mps_bonds(circuit, order), default=1)
     probe = None
-    dear = estimates.get("statevector_reuse", float("inf")) > PROBE_WORTH_S
+    # Worth a probe where statevector reuse is slow or would not fit the guard's memory ceiling.
+    over_memory = _statevector_reuse_bytes(circuit.num_qubits, len(program.measured)) > (
+        guard_settings().memory_bytes
+    )
+    dear = over_memory or estimates.get("statevector_reuse", float("inf")) > PROBE_WORTH_S
     if bond > PROBE_CAP and circuit.num_qubits >= PROBE_MIN_QUBITS and dear:
         probe = measured_bond(circuit)
         if probe.bond is not None:  # noisy trajectories priced at twice what the gates reach
@@ -308,13 +313,22 @@ def _apply_misses(circuit: QuantumCircuit, estimates: dict[str, float]) -> tuple
 _COMPLEX = 16  # bytes of a double-precision complex amplitude
 
 
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+
+
+def _statevector_reuse_bytes(num_qubits: int, measured: int) -> float:
+    """A state per core, twice (Aer's working copy), and the pilot's probabilities."""
+    return 2.0 * _COMPLEX * 2.0**num_qubits * _cores() + 8.0 * min(2.0**measured, 2**25)
+
+
 def _memory_estimates(
     circuit: QuantumCircuit, program: LazyProgram | str, estimates: dict[str, float], bond: int
 ) -> dict[str, float]:
     """Peak resident bytes of each method on the compact circuit (twice the state: numpy and
     Aer keep a working copy; Aer's statevector one state per core; ``bond`` the MPS bound)."""
     k = circuit.num_qubits
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    cores = _cores()
     memory: dict[str, float] = {}
     for name in estimates:
         if name == "lazy_density_matrix" and isinstance(program, LazyProgram):
@@ -326,7 +340,7 @@ def _memory_estimates(
             memory[name] = 2.0 * _COMPLEX * 2.0**k * cores
         elif name == "statevector_reuse":
             measured = len(program.measured) if isinstance(program, LazyProgram) else k
-            memory[name] = 2.0 * _COMPLEX * 2.0**k * cores + 8.0 * min(2.0**measured, 2**25)
+            memory[name] = _statevector_reuse_bytes(k, measured)
         elif name == "mps_reuse":
             memory[name] = 64.0 * k * bond**2 * _COMPLEX
         else:

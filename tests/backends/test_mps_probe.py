@@ -76,3 +76,19 @@ def test_each_probe_reads_only_its_own_run():
             wide.cx(int(pairs[i]), int(pairs[i + 1]))
     assert mps_probe.measured_bond(wide).bond >= 8
     assert mps_probe.measured_bond(zigzag_ghz(10)).bond == 2
+
+
+def test_a_statevector_that_would_not_fit_memory_makes_the_probe_worth_it(monkeypatch):
+    # Statevector reuse is quick here but over the guard's memory ceiling: the MPS must then be
+    # priced by its measured bond, or a circuit both could run would be refused.
+    qc = zigzag_ghz(12)
+    noise = calibration_noise()
+    qubits = tuple(range(qc.num_qubits))
+    monkeypatch.setattr(methods, "PROBE_MIN_QUBITS", 10)
+    monkeypatch.setattr(methods, "PROBE_WORTH_S", 1e9)
+    monkeypatch.setattr(methods, "PROBE_CAP", 4)
+    quick, _ = methods.plan_methods(qc, noise, qubits, 4000, "auto")
+    assert quick.estimated_memory["mps_reuse"] > 64.0 * 12 * 4**2 * 16  # the bound, no probe
+    monkeypatch.setenv("QONDUCTOR_NOISY_GUARD", "max_memory_gb=0.0001")
+    tight, _ = methods.plan_methods(qc, noise, qubits, 4000, "auto")
+    assert tight.estimated_memory["mps_reuse"] == 64.0 * 12 * 4**2 * 16
