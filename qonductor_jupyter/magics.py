@@ -7,7 +7,8 @@ subcommands are a table in ``commands``.
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -20,6 +21,15 @@ from . import api, commands
 from .commands import widgets_available
 from .report import WorkflowReport
 from .settings import Qonductor
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _named(marker: Any, name: str) -> Callable[[_Method], _Method]:
+    """``cell_magic(name)`` / ``line_magic(name)``, typed: IPython 9 annotates the named form
+    with an unsolved type variable, so mypy reads the decorator as taking ``Never``."""
+    return cast(Callable[[_Method], _Method], marker(name))
+
 
 if TYPE_CHECKING:
     from .handle import WorkflowHandle
@@ -110,7 +120,7 @@ class QonductorMagics(Magics):
         help="return a job handle at once; the cell's names are set when it completes",
     )
     @argument("-o", "--output", default=None, help="store the job handle under this name")
-    @cell_magic("qonductor")
+    @_named(cell_magic, "qonductor")
     def qonductor_cell(self, line: str, cell: str) -> None:
         """Run the cell as a hybrid workflow on the Qonductor orchestrator.
 
@@ -213,7 +223,7 @@ class QonductorMagics(Magics):
             return _mapping_literal(text)
         return text
 
-    @line_magic("qonductor")
+    @_named(line_magic, "qonductor")
     def qonductor_line(self, line: str) -> Any:
         return commands.run_line(line, self.shell)
 

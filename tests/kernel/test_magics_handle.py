@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import time
 
 import pytest
@@ -17,7 +18,7 @@ ZERO = (
 )
 
 
-def test_no_wait_returns_a_handle_and_sets_names_on_completion(shell, capsys):
+def test_no_wait_returns_a_handle_and_sets_names_on_completion(shell):
     shell.run_cell(f"%%qonductor --no-wait -o job\nimport time\ntime.sleep(1)\n{ZERO}")
     job = shell.user_ns["job"]
     assert isinstance(job, WorkflowHandle)
@@ -30,8 +31,11 @@ def test_no_wait_returns_a_handle_and_sets_names_on_completion(shell, capsys):
         time.sleep(0.05)
     assert_mostly_zero(shell.user_ns["c"], 20)  # landed in the namespace by itself
     assert job.done() and job.status() == "done"
-    job.wait_interactive(interval=0.05)
-    assert "1/1 steps done" in capsys.readouterr().out or job.done()
+    progress = io.StringIO()
+    job.wait_interactive(interval=0.05, stream=progress)
+    line = progress.getvalue()
+    assert line.startswith(f"\r{job.workflow_id}: done") and "1/1 steps done" in line
+    assert line.endswith("\n")
 
 
 def test_a_waiting_handle_does_not_stall_the_kernels_other_requests(shell):
