@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import noisy_execution  # noqa: E402
+import ghz_from_backend  # noqa: E402
 import overhead  # noqa: E402
 
 
@@ -29,7 +29,7 @@ def main() -> int:
     print("=" * 78)
     print("2. Fleet noisy execution vs AerSimulator.from_backend")
     print("=" * 78, flush=True)
-    noisy_execution.main(["--seeds", "5"])
+    ghz_from_backend.main(["--seeds", "5"])
     return 0
 
 

@@ -18,7 +18,7 @@ user, ``compute.LocalCompute``). Before the first step, each such process confin
 Landlock restricts the process and its children, can only be tightened, and needs no privileges
 (``no_new_privs`` is set first, as the kernel requires). Where it is missing (another OS, an old
 kernel, a kernel without it in its LSM list) ``Sandbox.enter`` says so in the log and the steps
-run unconfined: ``available()`` tells, and the README says what that leaves open.
+run unconfined: ``available()`` tells, and docs/security.md says what that leaves open.
 
 Syscall numbers and flags are from ``<linux/landlock.h>`` (the same on x86-64 and arm64).
 """
