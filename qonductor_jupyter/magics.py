@@ -15,6 +15,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
+from kernel_server.core.circuits import check_shots
 from kernel_server.core.deployment import PRIORITIES
 
 from . import api, commands
@@ -128,8 +129,10 @@ class QonductorMagics(Magics):
         classical steps; every name the cell assigns is set in the notebook when it finishes.
         """
         args = parse_argstring(self.qonductor_cell, line)
-        if args.shots is not None and args.shots < 1:
-            raise UsageError(f"--shots must be positive, got {args.shots}")
+        try:
+            check_shots(args.shots, "--shots")
+        except (TypeError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
         if args.plan is not None:
             args.plan = _plan_option(args.plan)
         if args.output is not None and not args.output.isidentifier():

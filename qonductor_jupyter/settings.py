@@ -11,6 +11,7 @@ from typing import Any
 from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
+from kernel_server.core.circuits import DEFAULT_SHOTS, check_shots
 from kernel_server.core.deployment import PRIORITIES
 
 
@@ -21,7 +22,7 @@ class Qonductor(Configurable):
         help="What QPU placement favours when a cell gives no --priority.",
     ).tag(config=True)
     default_shots = Int(
-        4000, help="Shots per circuit when a cell gives no --shots and sample() none."
+        DEFAULT_SHOTS, help="Shots per circuit when a cell gives no --shots and sample() none."
     ).tag(config=True)
     default_plan = Unicode(
         "auto", help="Resource plan when a cell gives no --plan: auto, off or a plan number."
@@ -40,9 +41,10 @@ class Qonductor(Configurable):
 
     @validate("default_shots")
     def _positive_shots(self, proposal: dict[str, Any]) -> int:
-        if proposal["value"] < 1:
-            raise TraitError(f"default_shots must be at least 1, got {proposal['value']}")
-        return proposal["value"]
+        try:
+            return check_shots(proposal["value"], "default_shots") or DEFAULT_SHOTS
+        except (TypeError, ValueError) as exc:
+            raise TraitError(str(exc)) from None
 
     @validate("default_plan")
     def _known_plan(self, proposal: dict[str, Any]) -> str:

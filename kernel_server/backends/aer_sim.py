@@ -75,6 +75,7 @@ from kernel_server.backends.noise import (
     noise_cache_info,
 )
 from kernel_server.backends.trajectories import TRAJECTORY_METHODS, run_trajectories
+from kernel_server.core.circuits import check_shots
 
 __all__ = [
     # noise of the active qubits (kernel_server.backends.noise), re-exported
@@ -237,8 +238,8 @@ def _aer_seed(seed: int | None) -> dict[str, int]:
 
 
 def _check_shots(shots: int) -> None:
-    if shots < 1:
-        raise ValueError(f"shots must be positive, got {shots}")
+    if check_shots(shots) is None:
+        raise ValueError("shots must be a positive whole number, got None")
 
 
 @dataclass

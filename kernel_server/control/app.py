@@ -31,7 +31,12 @@ from kernel_server.control.manager import Executors, JobManager
 from kernel_server.control.ownership import CURRENT_SIGNER, CURRENT_USER, Ownership, signer_name
 from kernel_server.control.registry import Registry, UnknownImage
 from kernel_server.control.store import Store
-from kernel_server.core.deployment import DEFAULT_PLACEMENT, ConfigError, classical_request
+from kernel_server.core.deployment import (
+    DEFAULT_PLACEMENT,
+    ConfigError,
+    RunOptions,
+    classical_request,
+)
 from kernel_server.core.jobs import JobRecord
 from kernel_server.fleet.queues import QueuedJob, SimulatedQPU, background_arrivals, qpu_runner
 from kernel_server.fleet.spec import FleetSpec
@@ -324,11 +329,10 @@ class Orchestrator:
         # The step runs with its owner's processes and its workflow's capability, nothing more.
         spec.owner = self.ownership.owner_of(spec.workflow_id)
         spec.capability = self.keyring.issue(spec.workflow_id, spec.owner)
-        options = self.manager.options.get(spec.workflow_id, {})
-        request = classical_request(options.get("classical"))
-        spec.timeout_s = min(
-            self.limits.step_timeout_s, float(options.get("step_timeout_s", float("inf")))
-        )
+        options = self.manager.options.get(spec.workflow_id) or RunOptions()
+        request = classical_request(options.classical)
+        own_limit = options.step_timeout_s if options.step_timeout_s is not None else float("inf")
+        spec.timeout_s = min(self.limits.step_timeout_s, own_limit)
         try:
             node, reserved = await self.compute.place(request, spec.kind)
         except NoFeasibleNode as exc:

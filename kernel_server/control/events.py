@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernel_server.core.deployment import RunOptions
 from kernel_server.core.jobs import JobRecord, JobState, WorkflowRun
 from kernel_server.tasks.step import StepOutcome, StepSpec
 
@@ -29,7 +30,7 @@ class WorkflowAdopted(Event):
 
     run: WorkflowRun
     inputs: dict[str, bytes]
-    options: dict[str, Any]
+    options: RunOptions
     done: dict[int, tuple[dict[str, bytes], str]] = field(default_factory=dict)
 
 
@@ -40,7 +41,7 @@ class RecoveredWorkflow:
     run: WorkflowRun
     saved: dict[int, tuple[dict[str, bytes], str]]  # step outputs that reached the store
     inputs: dict[str, bytes]
-    options: dict[str, Any]
+    options: RunOptions
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_server.control.machine import UserError
 from kernel_server.control.ownership import CURRENT_SIGNER, CURRENT_USER
-from kernel_server.core.deployment import validate_config
+from kernel_server.core.deployment import run_options
 from kernel_server.core.jobs import WorkflowRun, new_id
 from kernel_server.tasks.qpu import describe_backend
 from kernel_server.wire.circuits import CircuitFormatError, read_call
@@ -102,7 +102,8 @@ class Handlers:
     async def deploy(self, msg: Deploy, identity: bytes, rid: str) -> Message:
         image = self.orch.registry.deploy(msg.image_id, msg.config, CURRENT_USER.get())
         await self.orch.fleet_ready.wait()
-        self.orch.manager.eligible_qpus(image.deployed or {}, 0)  # refuse configs no QPU satisfies
+        # Refuse configs no QPU satisfies.
+        self.orch.manager.eligible_qpus(run_options(image.deployed), 0)
         return Ok(data={"image_id": image.id, "config": image.deployed})
 
     async def images(self, msg: ListImages, identity: bytes, rid: str) -> Message:
@@ -142,8 +143,10 @@ class Handlers:
         image = orch.registry.get(msg.image_id, CURRENT_USER.get())
         if image.deployed is None:
             raise UserError(f"image {image.id} is not deployed; call deploy({image.id!r}) first")
-        options = validate_config({**image.deployed, **msg.options})
-        self._check_shots(options.get("shots", 0))
+        given = {**image.deployed, **msg.options}
+        options = run_options(given)
+        if "shots" in given:  # the default is checked where a call falls back on it
+            self._check_shots(options.shots)
         bound = orch.registry.bound(image.id)
         # Only what the image declares required (a function-list workflow's parameters): a
         # cell's free names are looked up when its steps run, NameError where one is missing.

@@ -53,7 +53,7 @@ from kernel_server.control.events import (
     WorkflowFinal,
 )
 from kernel_server.core.dataflow import cell_outputs, step_inputs
-from kernel_server.core.deployment import DEFAULT_SHOTS
+from kernel_server.core.deployment import RunOptions
 from kernel_server.core.graph import Step, StepKind
 from kernel_server.core.jobs import JobRecord, JobState, WorkflowRun, WorkflowState, new_id
 from kernel_server.core.plans import ASSUMED_LOOP_CALLS, choose_plan, parse_plan_option
@@ -78,7 +78,7 @@ class LiveWorkflow:
 
     run: WorkflowRun
     inputs: dict[str, bytes]
-    options: dict[str, Any]
+    options: RunOptions
     # step id -> (the names it assigned, its stdout): kept on failure too, as Python keeps them.
     results: dict[int, tuple[dict[str, bytes], str]] = field(default_factory=dict)
     # step id -> number of plans shown while the step waits for the user's choice (--plan ask).
@@ -229,7 +229,7 @@ class WorkflowMachine:
             inputs=step_inputs(step, live.inputs, results),
             writes=list(step.writes),
             deletes=list(step.deletes),
-            shots=int(live.options.get("shots", DEFAULT_SHOTS)),
+            shots=live.options.shots,
         )
 
     def _step_finished(self, ev: StepFinished) -> list[Instruction]:
@@ -321,7 +321,7 @@ class WorkflowMachine:
         live, job = self.qpu_jobs[ev.job_id]
         sid = job.step_id or 0
         try:
-            mode = parse_plan_option(live.options.get("plan"))
+            mode = live.options.plan  # parsed with the options (run_options)
             usable = [p for p in ev.plans if "error" not in p]
             if mode == "ask" and usable and not live.run.state.final:
                 # Same state (estimating); the event tells widgets the plans are there.
@@ -337,9 +337,7 @@ class WorkflowMachine:
         self, live: LiveWorkflow, job: JobRecord, plans: list[dict[str, Any]], mode: Any
     ) -> list[Instruction]:
         sid = job.step_id or 0
-        chosen = choose_plan(
-            plans, mode, live.options.get("priority", "balanced"), self._calls(live, sid)
-        )
+        chosen = choose_plan(plans, mode, live.options.priority, self._calls(live, sid))
         if chosen is not None:
             plans = [dict(p, chosen=(i == chosen)) for i, p in enumerate(plans)]
         job.plans = plans

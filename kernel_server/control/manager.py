@@ -42,7 +42,7 @@ from kernel_server.control.events import (
 from kernel_server.control.machine import UnknownWorkflow, UserError, WorkflowMachine, not_asking
 from kernel_server.control.qpu_jobs import CircuitTooWide, QpuJobs
 from kernel_server.control.store import Store
-from kernel_server.core.deployment import DEFAULT_PLACEMENT
+from kernel_server.core.deployment import DEFAULT_PLACEMENT, RunOptions, stored_options
 from kernel_server.core.jobs import JobRecord, WorkflowRun
 from kernel_server.core.plans import parse_plan_option
 from kernel_server.fleet.queues import SimulatedQPU
@@ -107,7 +107,7 @@ class JobManager:
         return {wid: live.run for wid, live in self.machine.live.items()}
 
     @property
-    def options(self) -> dict[str, dict[str, Any]]:
+    def options(self) -> dict[str, RunOptions]:
         return {wid: live.options for wid, live in self.machine.live.items()}
 
     # ------------------------------------------------------------------ instructions
@@ -178,7 +178,7 @@ class JobManager:
         self,
         run: WorkflowRun,
         inputs: dict[str, bytes],
-        options: dict[str, Any],
+        options: RunOptions,
         done: dict[int, tuple[dict[str, bytes], str]] | None = None,
     ) -> None:
         self._do(WorkflowAdopted(run, inputs, options, dict(done or {})))
@@ -193,7 +193,8 @@ class JobManager:
             row = self.store.workflow_row(workflow_id) or {}
             saved = self.store.step_outputs(workflow_id)
             inputs = self.store.workflow_inputs(workflow_id)
-            found.append(RecoveredWorkflow(run, saved, inputs, row.get("options", {})))
+            options = stored_options(row.get("options"))
+            found.append(RecoveredWorkflow(run, saved, inputs, options))
         # Each run of a job on these QPUs costs money (a real IBM QPU, unless configured else).
         paid = frozenset(n for n, q in self.qpus.items() if q.info.get("billed", False))
         self._do(Recovered(found, paid))
@@ -265,7 +266,7 @@ class JobManager:
         return run, cancelled
 
     # ------------------------------------------------------------------ quantum jobs
-    def eligible_qpus(self, options: dict[str, Any], width: int) -> list[SimulatedQPU]:
+    def eligible_qpus(self, options: RunOptions, width: int) -> list[SimulatedQPU]:
         """QPUs that satisfy the deployment config and fit the circuit; a clear error if none."""
         return self.quantum.eligible_qpus(options, width)
 
@@ -285,8 +286,7 @@ class JobManager:
             step = run.steps.get(step_id)
             if run.state.final or step is None or step.state.final:
                 return
-            options = live.options if live is not None else {}
-            if parse_plan_option(options.get("plan")) != "ask":
+            if live is None or live.options.plan != "ask":
                 return
             await asyncio.sleep(0.05)
 

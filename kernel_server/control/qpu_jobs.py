@@ -19,6 +19,8 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from kernel_server.backends.isa import IsaMismatch
 from kernel_server.control.events import (
     Caller,
@@ -34,6 +36,7 @@ from kernel_server.control.events import (
 )
 from kernel_server.control.machine import LiveWorkflow, UserError
 from kernel_server.core.cache import LRU
+from kernel_server.core.deployment import RunOptions
 from kernel_server.core.jobs import JobRecord, WorkflowRun
 from kernel_server.fleet.queues import QueuedJob, SimulatedQPU
 from kernel_server.scheduler.placement import Candidate, place
@@ -67,19 +70,19 @@ class QpuJobs:
         return self.m.qpus
 
     # ------------------------------------------------------------------ candidates
-    def eligible_qpus(self, options: dict[str, Any], width: int) -> list[SimulatedQPU]:
+    def eligible_qpus(self, options: RunOptions, width: int) -> list[SimulatedQPU]:
         """QPUs that satisfy the deployment config and fit the circuit; a clear error if none."""
-        req = options.get("qpu", {})
+        req = options.qpu
         qpus = [q for q in self.qpus.values() if q.online]
-        if req.get("backends"):
-            unknown = [b for b in req["backends"] if b not in self.qpus]
+        if req.backends:
+            unknown = [b for b in req.backends if b not in self.qpus]
             if unknown:
                 raise UserError(f"unknown backends {unknown}; the fleet has {sorted(self.qpus)}")
-            qpus = [q for q in qpus if q.name in req["backends"]]
-        if req.get("families"):
-            qpus = [q for q in qpus if q.family in req["families"]]
-        low = max(width, int(req.get("min_qubits", 0)))
-        high = int(req.get("max_qubits", 10**9))
+            qpus = [q for q in qpus if q.name in req.backends]
+        if req.families:
+            qpus = [q for q in qpus if q.family in req.families]
+        low = max(width, req.min_qubits)
+        high = req.max_qubits if req.max_qubits is not None else 10**9
         fitting = [q for q in qpus if low <= q.num_qubits <= high]
         if fitting:
             return fitting
@@ -93,7 +96,10 @@ class QpuJobs:
             )
         # Width 0: checked before any circuit exists (deploy, invoke); the config alone fails.
         what = f" for a {width}-qubit circuit" if width else ""
-        raise UserError(f"no QPU satisfies the configuration qpu: {req}{what}; fleet: {sizes}")
+        raise UserError(
+            f"no QPU satisfies the configuration qpu: {msgspec.to_builtins(req)}"
+            f"{what}; fleet: {sizes}"
+        )
 
     def _candidates(self, live: LiveWorkflow, msg: P.Sample) -> list[SimulatedQPU]:
         """Where the job may run: its loop's or Session's QPU, else the eligible QPUs narrowed
@@ -227,7 +233,7 @@ class QpuJobs:
 
     async def _place(
         self,
-        options: dict[str, Any],
+        options: RunOptions,
         job: JobRecord,
         msg: P.Sample,
         qpus: list[SimulatedQPU],
@@ -239,8 +245,8 @@ class QpuJobs:
         candidates = [
             Candidate(q.name, by_name[q.name].fidelity, q.expected_wait_s()) for q in qpus
         ]
-        policy = options.get("placement", m.placement)
-        priority = options.get("priority", "balanced")
+        policy = options.placement or m.placement
+        priority = options.priority
         if policy == "qonductor" and len(candidates) > 1:
             name = await m.dispatcher.place(
                 job.id,
@@ -312,7 +318,7 @@ class QpuJobs:
 
     def _seed(self, run: WorkflowRun, job: JobRecord, index: int) -> int | None:
         """Per-job simulator seed derived from the workflow's --seed: reproducible runs."""
-        base = self.m.machine.live[run.id].options.get("seed")
+        base = self.m.machine.live[run.id].options.seed
         if base is None:
             return None
         return (int(base) * 1_000_003 + (job.step_id or 0) * 1009 + index) % (2**31)

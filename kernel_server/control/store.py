@@ -17,6 +17,7 @@ from typing import Any
 
 import msgpack
 
+from kernel_server.core.deployment import RunOptions, options_dict
 from kernel_server.core.jobs import JobRecord, JobState, WorkflowRun, WorkflowState
 
 SCHEMA = """
@@ -141,7 +142,7 @@ class Store:
         self,
         run: WorkflowRun,
         name: str | None,
-        options: dict[str, Any],
+        options: RunOptions,
         inputs: dict[str, bytes],
         owner: str = "",
     ) -> bool:
@@ -164,7 +165,7 @@ class Store:
                         run.state.value,
                         run.created_at,
                         json.dumps(run.graph),
-                        json.dumps(options),
+                        json.dumps(options_dict(options)),
                         _pack(inputs),
                         owner,
                     ),

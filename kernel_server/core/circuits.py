@@ -13,10 +13,16 @@ import re
 import sys
 from typing import Any
 
+# A run's shots when nobody says (``--shots``, ``sample(shots=)``, a config): written once, here.
+DEFAULT_SHOTS = 4000
+MAX_SHOTS = 1_000_000
+
 
 def check_shots(shots: Any, what: str = "shots") -> int | None:
-    """None (the workflow's default) or a positive whole number; anything else is refused with
-    what was given (0 is not "the default", 2.5 is not 2)."""
+    """The one check of a shot count, wherever it comes from (``--shots``, a config, ``sample``,
+    a primitive's ``default_shots``): None (the default) or a whole number from 1 to
+    ``MAX_SHOTS``; anything else is refused with what was given (0 is not "the default", 2.5 is
+    not 2)."""
     if shots is None:
         return None
     try:
@@ -27,6 +33,8 @@ def check_shots(shots: Any, what: str = "shots") -> int | None:
         raise TypeError(f"{what} must be a positive whole number, got {shots!r}") from None
     if value < 1:
         raise ValueError(f"{what} must be a positive whole number, got {value}")
+    if value > MAX_SHOTS:
+        raise ValueError(f"{what} must be at most {MAX_SHOTS}, got {value}")
     return value
 
 

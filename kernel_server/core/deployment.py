@@ -8,16 +8,20 @@ Example::
 
 Unknown keys are refused with the list of known ones, so a typo never silently does nothing.
 
-Checked by hand rather than by a schema library: a decoder such as ``msgspec.convert`` would give
-"Object contains unknown field `shot` - at `$`", where a notebook user needs the option's name and
-the options there are; the schema is a dozen keys, and the checks are one table per section.
+Checked by hand first: a decoder such as ``msgspec.convert`` would give "Object contains unknown
+field `shot` - at `$`", where a notebook user needs the option's name and the options there are.
+What passes becomes a :class:`RunOptions` (:func:`run_options`): the run's options, typed and
+defaulted here once, which the orchestrator carries, stores and reads by attribute.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import msgspec
+
+from kernel_server.core.circuits import DEFAULT_SHOTS, check_shots
 from kernel_server.core.resources import ClassicalRequest
 
 PRIORITIES = ("fidelity", "balanced", "jct")
@@ -59,7 +63,55 @@ _TOP_KEYS = {
     "plan": (str, int),
 }
 
-DEFAULT_SHOTS = 4000
+Priority = Literal["fidelity", "balanced", "jct"]
+
+
+class QpuRequirements(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """Which QPUs a workflow's jobs may use (the ``qpu:`` section; encoded as given: only the
+    requirements set)."""
+
+    min_qubits: int = 0
+    max_qubits: int | None = None
+    families: tuple[str, ...] = ()
+    backends: tuple[str, ...] = ()
+
+
+class RunOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A workflow run's options: its image's deployment config with the invocation's on top,
+    checked by :func:`validate_config` and defaulted here, the only place the defaults live."""
+
+    qpu: QpuRequirements = QpuRequirements()
+    classical: dict[str, Any] | None = None  # a ClassicalRequest's fields (classical_request)
+    shots: int = DEFAULT_SHOTS
+    priority: Priority = "balanced"
+    seed: int | None = None
+    timeout_s: float | None = None
+    step_timeout_s: float | None = None
+    placement: str | None = None  # None: the orchestrator's own placement policy
+    plan: str | int = "auto"
+
+
+def run_options(config: dict[str, Any] | RunOptions | None) -> RunOptions:
+    """The typed options of a config (a deployment config, an invocation's, a stored run's);
+    ConfigError in the user's words where one is wrong."""
+    if isinstance(config, RunOptions):
+        return config
+    try:
+        return msgspec.convert(validate_config(config or {}), RunOptions)
+    except msgspec.ValidationError as exc:  # a wrong element type in a list (qpu.families)
+        raise ConfigError(f"invalid option: {exc}") from None
+
+
+def stored_options(saved: dict[str, Any] | None) -> RunOptions:
+    """Options the store kept (``options_dict``'s form, or an older row's partial config):
+    checked when they were given, so decoded as they are."""
+    return msgspec.convert(saved or {}, RunOptions)
+
+
+def options_dict(options: RunOptions) -> dict[str, Any]:
+    """The options as builtins, every one (the store's and the status replies' form)."""
+    out: dict[str, Any] = msgspec.to_builtins(options)
+    return out
 
 
 def load_config(config: dict[str, Any] | str | Path | None) -> dict[str, Any]:
@@ -110,8 +162,11 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
             classical_request(config["classical"])
         except ValueError as exc:
             raise ConfigError(f"classical: {exc}") from None
-    if "shots" in config and not 1 <= config["shots"] <= 1_000_000:
-        raise ConfigError(f"shots must be between 1 and 1000000, got {config['shots']}")
+    if "shots" in config:
+        try:
+            check_shots(config["shots"])
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(str(exc)) from None
     if "placement" in config:
         if config["placement"] not in PLACEMENT_POLICIES:
             known = ", ".join(PLACEMENT_POLICIES)

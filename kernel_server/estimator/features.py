@@ -20,6 +20,7 @@ from qiskit.circuit import Delay, Gate
 from qiskit.transpiler import Target
 
 from kernel_server.backends.dynamic import costliest_path
+from kernel_server.core.circuits import DEFAULT_SHOTS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -108,7 +109,7 @@ def _delay_seconds(operation: Delay, dt: float | None) -> float:
 
 
 def circuit_features(
-    transpiled: QuantumCircuit, target: Target, shots: int = 4000, num_circuits: int = 1
+    transpiled: QuantumCircuit, target: Target, shots: int = DEFAULT_SHOTS, num_circuits: int = 1
 ) -> CircuitFeatures:
     """Features of a circuit already compiled for ``target`` (physical qubit indices).
 

@@ -28,6 +28,7 @@ import numpy as np
 from qiskit import QuantumCircuit
 from qiskit.providers import BackendV2
 
+from kernel_server.core.circuits import DEFAULT_SHOTS, check_shots
 from kernel_server.core.circuits import check_circuit as check_circuit_for_qpu
 from kernel_server.core.mcdm import pareto_ranks
 from kernel_server.estimator.features import CircuitFeatures, circuit_features, runtime_frame
@@ -297,16 +298,17 @@ def _runtime_interval(model: Any, frame: Any, n: int) -> tuple[list[Any], list[A
 
 
 def _check_shots(shots: int) -> int:
-    if not isinstance(shots, (int, np.integer)) or isinstance(shots, bool) or shots < 1:
-        raise ValueError(f"shots must be a positive integer, got {shots!r}")
-    return int(shots)
+    checked = check_shots(shots)
+    if checked is None:
+        raise ValueError("shots must be a positive whole number, got None")
+    return checked
 
 
 def estimate(
     circuit: QuantumCircuit,
     backend: Any,
     mitigation: StackSpec = None,
-    shots: int = 4000,
+    shots: int = DEFAULT_SHOTS,
     *,
     accelerator: str = "standard-vm",
     prices: PriceTable | dict | None = None,
@@ -343,7 +345,7 @@ def resource_plans(
     backends: Iterable[Any] | None = None,
     stacks: Iterable[StackSpec] = PLAN_STACKS,
     accelerators: Iterable[str] | None = None,
-    shots: int = 4000,
+    shots: int = DEFAULT_SHOTS,
     prices: PriceTable | dict | None = None,
     fidelity_model: FidelityModel | None = None,
 ) -> list[ResourcePlan]:

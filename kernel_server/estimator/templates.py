@@ -53,6 +53,7 @@ from qiskit.transpiler import CouplingMap, InstructionProperties, Target
 
 from kernel_server.backends.compile import BROKEN_ERROR
 from kernel_server.backends.devices import calibration_id, family_of, load_backend
+from kernel_server.core.circuits import DEFAULT_SHOTS
 
 BackendLike: TypeAlias = str | BackendV2
 
@@ -172,7 +173,7 @@ class TemplateBackend(BackendV2):
 
     @classmethod
     def _default_options(cls) -> Options:
-        return Options(shots=4000)
+        return Options(shots=DEFAULT_SHOTS)
 
     def configuration(self) -> SimpleNamespace:
         # Only what family_of looks at; a template has no IBM configuration of its own.

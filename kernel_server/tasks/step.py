@@ -29,6 +29,7 @@ from kernel_server.core.cell_functions import (
     mark_origin,
     rebind_cell_functions,
 )
+from kernel_server.core.circuits import DEFAULT_SHOTS
 from kernel_server.tasks.primitives import make_primitives, step_context
 from kernel_server.tasks.process import exclusive, worker_address
 
@@ -47,7 +48,7 @@ class StepSpec:
     cell_source: str
     inputs: dict[str, bytes]
     writes: list[str]
-    shots: int = 4000
+    shots: int = DEFAULT_SHOTS
     timeout_s: float | None = None  # stop the step after this long (see _deadline)
     deletes: list[str] = field(default_factory=list)  # names the step may ``del``
     owner: str = ""  # the shared orchestrator's user whose step this is ("": its owner)

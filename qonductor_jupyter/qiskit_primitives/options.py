@@ -19,7 +19,9 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
-PRIORITIES = ("fidelity", "balanced", "jct")
+from kernel_server.core.circuits import check_shots
+from kernel_server.core.deployment import PRIORITIES
+
 RESILIENCE_STACKS = {0: (), 1: ("rem",), 2: ("zne", "rem")}
 
 
@@ -48,12 +50,6 @@ def _flag(value: Any, what: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{what} must be True or False, got {value!r}")
     return value
-
-
-def _positive_int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
-        raise ValueError(f"{what} must be a positive whole number, got {value!r}")
-    return int(value)
 
 
 @dataclass
@@ -153,7 +149,10 @@ class SamplerOptions(_PrimitiveOptions):
     default_shots: int = 4096
 
     def _check_default_shots(self, value: Any) -> int:
-        return _positive_int(value, "default_shots")
+        checked = check_shots(value, "default_shots")
+        if checked is None:
+            raise ValueError("default_shots must be a positive whole number, got None")
+        return checked
 
 
 @dataclass

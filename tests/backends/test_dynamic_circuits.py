@@ -295,7 +295,7 @@ def test_rem_runs_a_dynamic_circuit() -> None:
 
 TELEPORT_CELL = textwrap.dedent(f"""
     from qiskit import ClassicalRegister, QuantumCircuit, QuantumRegister
-from qiskit.circuit.classical import expr
+    from qiskit.circuit.classical import expr
     q, m, out = QuantumRegister(3, "q"), ClassicalRegister(2, "m"), ClassicalRegister(1, "out")
     tc = QuantumCircuit(q, m, out)
     tc.ry({THETA}, 0)

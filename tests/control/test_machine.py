@@ -37,6 +37,7 @@ from kernel_server.control.events import (
     WorkflowFinal,
 )
 from kernel_server.control.machine import UserError, WorkflowMachine, kinds
+from kernel_server.core.deployment import ConfigError, RunOptions, run_options
 from kernel_server.core.jobs import IllegalTransition, JobState, WorkflowRun, WorkflowState
 from kernel_server.tasks.step import StepOutcome
 
@@ -95,7 +96,7 @@ def new_run(workflow_id: str, *kinds_: str) -> WorkflowRun:
 
 
 def adopt(machine: WorkflowMachine, run: WorkflowRun, **options: Any) -> list[Instruction]:
-    return machine.handle(WorkflowAdopted(run, {"seed": b"s"}, dict(options)))
+    return machine.handle(WorkflowAdopted(run, {"seed": b"s"}, run_options(options)))
 
 
 def ok(step: int) -> StepOutcome:
@@ -312,9 +313,13 @@ def test_plan_ask_off_runs_unmitigated_and_a_bad_plan_option_fails_the_plan() ->
     m.handle(PlansReady(job_id, PLANS))
     assert of(m.handle(PlanChosen("wf", 0, "off")), PlanDecided)[0].plan is None
 
-    adopt(m, new_run("wf2", "quantum"), plan="sometimes")
+    # A plan number the step does not have fails the plan, not the machine.
+    adopt(m, new_run("wf2", "quantum"), plan=7)
     job_id = start_qpu_job(m, "wf2", 0)
     assert kinds(m.handle(PlansReady(job_id, PLANS))) == ["PlanFailed"]
+    # A plan option that means nothing never reaches the machine: the options refuse it.
+    with pytest.raises(ConfigError, match="--plan takes auto, ask, off or a plan number"):
+        run_options({"plan": "sometimes"})
 
 
 def test_a_plan_cannot_be_chosen_before_the_step_has_plans() -> None:
@@ -326,7 +331,7 @@ def test_a_plan_cannot_be_chosen_before_the_step_has_plans() -> None:
 
 # ---------------------------------------------------------------------- restart, billing
 def recovered(run: WorkflowRun, saved: dict[int, Any] | None = None) -> RecoveredWorkflow:
-    return RecoveredWorkflow(run, saved or {}, {"seed": b"s"}, {})
+    return RecoveredWorkflow(run, saved or {}, {"seed": b"s"}, RunOptions())
 
 
 def test_recovery_reruns_what_was_in_flight_and_keeps_finished_steps() -> None:

@@ -4,7 +4,13 @@ import pytest
 
 from kernel_server.control.registry import Registry, UnknownImage
 from kernel_server.control.store import Store
-from kernel_server.core.deployment import ConfigError, validate_config
+from kernel_server.core.deployment import (
+    ConfigError,
+    RunOptions,
+    run_options,
+    stored_options,
+    validate_config,
+)
 from kernel_server.core.jobs import JobState, WorkflowRun, WorkflowState
 from kernel_server.scheduler.placement import Candidate, NoCandidate, place
 
@@ -61,8 +67,9 @@ def test_store_persists_and_recovers_workflows(tmp_path):
     path = tmp_path / "state.db"
     store = Store(path)
     run = WorkflowRun.new("wf-1", "img-1", _graph())
-    assert store.insert_workflow(run, "demo", {"shots": 10}, {"a": b"blob"})
-    assert not store.insert_workflow(run, "demo", {}, {})  # a resent request is not a new run
+    assert store.insert_workflow(run, "demo", run_options({"shots": 10}), {"a": b"blob"})
+    # A resent request is not a new run.
+    assert not store.insert_workflow(run, "demo", RunOptions(), {})
     run.start()
     run.steps[0].transition(JobState.QUEUED)
     store.save_job(run.steps[0])
@@ -76,7 +83,7 @@ def test_store_persists_and_recovers_workflows(tmp_path):
     assert loaded.state is WorkflowState.RUNNING
     assert loaded.steps[0].state is JobState.QUEUED
     assert again.workflow_inputs("wf-1") == {"a": b"blob"}
-    assert again.workflow_row("wf-1")["options"] == {"shots": 10}
+    assert again.workflow_row("wf-1")["options"]["shots"] == 10
     assert again.events("wf-1")[0]["state"] == "queued"
     assert (path.stat().st_mode & 0o777) == 0o600
 
@@ -124,3 +131,23 @@ def test_store_keeps_plans_and_migrates_older_databases(tmp_path):
     by_id = {j.id: j for j in store.jobs("w")}
     assert by_id["j0"].plans is None and by_id["j0"].state is JobState.DONE
     assert by_id["j1"].plans == plans
+
+
+def test_run_options_are_defaulted_once_and_survive_the_store(tmp_path):
+    options = run_options({"shots": 10, "qpu": {"families": ["Eagle"]}, "plan": "2"})
+    assert (options.shots, options.qpu.families, options.plan, options.priority) == (
+        10,
+        ("Eagle",),
+        2,
+        "balanced",
+    )
+    store = Store(tmp_path / "state.db")
+    run = WorkflowRun.new("wf-2", "img-1", _graph())
+    assert store.insert_workflow(run, "demo", options, {})
+    assert stored_options(store.workflow_row("wf-2")["options"]) == options
+    # A row an older orchestrator wrote (the config as given) decodes with the defaults.
+    assert stored_options({"priority": "jct"}) == RunOptions(priority="jct")
+    with pytest.raises(ConfigError, match="shots must be at most 1000000, got 2000000"):
+        run_options({"shots": 2_000_000})
+    with pytest.raises(ConfigError, match="invalid option"):
+        run_options({"qpu": {"families": [3]}})

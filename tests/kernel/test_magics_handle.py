@@ -34,7 +34,8 @@ def test_no_wait_returns_a_handle_and_sets_names_on_completion(shell):
     progress = io.StringIO()
     job.wait_interactive(interval=0.05, stream=progress)
     line = progress.getvalue()
-    assert line.startswith(f"\r{job.workflow_id}: done") and "1/1 steps done" in line
+    # The cell is two steps: building the circuit (classical) and sampling it (quantum).
+    assert line.startswith(f"\r{job.workflow_id}: done") and "2/2 steps done" in line
     assert line.endswith("\n")
 
 
@@ -97,7 +98,7 @@ def test_config_sets_defaults_and_rejects_bad_values(shell):
         # %config logs a bad value and keeps the old one; set directly, it raises.
         shell.run_line_magic("config", "Qonductor.default_shots = 0")
         assert settings.default_shots == 7
-        with pytest.raises(TraitError, match="at least 1"):
+        with pytest.raises(TraitError, match="positive whole number, got 0"):
             settings.default_shots = 0
         with pytest.raises(TraitError):
             settings.default_priority = "fast"
