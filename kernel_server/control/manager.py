@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -99,6 +98,8 @@ class JobManager:
         # (workflow, step) -> the plan its QPU jobs run with, once the machine has decided it.
         self.step_plans: dict[tuple[str, int], asyncio.Future] = {}
         self.qpu_waits: dict[str, asyncio.Future] = {}  # QPU job -> its execution
+        # plans_asked waiters, woken after each event the machine handles (no polling).
+        self._plan_waiters: set[asyncio.Event] = set()
         self.waiters: dict[str, list[asyncio.Future]] = {}  # clients waiting for a final state
         self.qpus: dict[str, SimulatedQPU] = {}
 
@@ -115,6 +116,8 @@ class JobManager:
         instructions = self.machine.handle(event)
         for instruction in instructions:
             self._execute(instruction)
+        for woken in self._plan_waiters:  # whoever waits for a step's plans looks again
+            woken.set()
         return instructions
 
     def _execute(self, ins: Instruction) -> None:
@@ -278,17 +281,29 @@ class JobManager:
         """Wait (up to ``timeout``) until the step asks for a plan, while it still may: it has
         not started, or its first QPU job is estimating the plans."""
         run = self.run_for(workflow_id)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            live = self.machine.live.get(workflow_id)
-            if live is not None and step_id in live.asking:
-                return
-            step = run.steps.get(step_id)
-            if run.state.final or step is None or step.state.final:
-                return
-            if live is None or live.options.plan != "ask":
-                return
-            await asyncio.sleep(0.05)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        woken = asyncio.Event()  # set after every event the machine handles
+        self._plan_waiters.add(woken)
+        try:
+            while not self._asked_or_over(run, step_id):
+                woken.clear()
+                try:
+                    await asyncio.wait_for(woken.wait(), deadline - loop.time())
+                except TimeoutError:
+                    return
+        finally:
+            self._plan_waiters.discard(woken)
+
+    def _asked_or_over(self, run: WorkflowRun, step_id: int) -> bool:
+        """The step asks for a plan now, or never will."""
+        live = self.machine.live.get(run.id)
+        if live is not None and step_id in live.asking:
+            return True
+        step = run.steps.get(step_id)
+        if run.state.final or step is None or step.state.final:
+            return True
+        return live is None or live.options.plan != "ask"
 
     def choose_plan(self, workflow_id: str, step_id: int, plan: Any) -> int | str:
         """The user's answer to a ``--plan ask`` step (a plan number or "off")."""
