@@ -75,6 +75,9 @@ class SampleRequested(Event):
     step_id: int
     shots: int | None
     caller: Caller
+    # The request itself (circuits, parameter values, session): the machine passes it on to
+    # the StartQpuJob it makes without looking at it.
+    request: Any = None
 
 
 @dataclass
@@ -188,10 +191,13 @@ class StartQpuJob(Instruction):
 
     job: JobRecord
     index: int
+    request: Any = None  # the SampleRequested's request
 
 
 @dataclass
 class Enqueue(Instruction):
+    """Put the placed job in its QPU's queue (the pipeline readied what the queue takes)."""
+
     job_id: str
     qpu: str
 

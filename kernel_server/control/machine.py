@@ -306,7 +306,7 @@ class WorkflowMachine:
         run.qpu_jobs[job.id] = job
         live.callers[job.id] = ev.caller
         self.qpu_jobs[job.id] = (live, job)
-        return [Persist(job, publish=False), StartQpuJob(job, index)]
+        return [Persist(job, publish=False), StartQpuJob(job, index, ev.request)]
 
     def _estimating(self, ev: QpuJobEstimating) -> list[Instruction]:
         if ev.job_id not in self.qpu_jobs:

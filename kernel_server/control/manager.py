@@ -19,6 +19,7 @@ from typing import Any
 
 from kernel_server.control.events import (
     CancelRequested,
+    Enqueue,
     Event,
     Instruction,
     Persist,
@@ -34,6 +35,7 @@ from kernel_server.control.events import (
     SaveOutputs,
     SaveStepOutputs,
     SaveWorkflow,
+    StartQpuJob,
     StepFinished,
     WorkflowAdopted,
     WorkflowFinal,
@@ -140,11 +142,14 @@ class JobManager:
                 fut.cancel()
         elif isinstance(ins, (PlanDecided, PlanFailed)):
             self._settle_plan(ins)
+        elif isinstance(ins, StartQpuJob):
+            self.quantum.start(ins.job, ins.request, ins.index)
+        elif isinstance(ins, Enqueue):
+            self.quantum.enqueue(ins.job_id, ins.qpu)
         elif isinstance(ins, Reply):
             self.ex.spawn(self._answer(ins))
         elif isinstance(ins, WorkflowFinal):
             self._wake(ins.workflow_id)
-        # StartQpuJob and Enqueue are carried out by their callers, which hold the circuits.
 
     def _settle_plan(self, ins: PlanDecided | PlanFailed) -> None:
         future = self.step_plans.get((ins.workflow_id, ins.step_id))

@@ -24,7 +24,6 @@ import msgspec
 from kernel_server.backends.isa import IsaMismatch
 from kernel_server.control.events import (
     Caller,
-    Enqueue,
     PlansReady,
     QpuJobCancelled,
     QpuJobEstimating,
@@ -32,7 +31,6 @@ from kernel_server.control.events import (
     QpuJobFinished,
     QpuJobPlaced,
     SampleRequested,
-    StartQpuJob,
 )
 from kernel_server.control.machine import LiveWorkflow, UserError
 from kernel_server.core.cache import LRU
@@ -64,6 +62,8 @@ class QpuJobs:
         self.session_qpus: dict[str, str] = {}
         self.session_plans: dict[str, dict[str, Any] | None] = {}
         self._session_locks: dict[str, asyncio.Lock] = {}
+        # Placed jobs readied for their queue until the machine says Enqueue (``enqueue``).
+        self.ready: dict[str, QueuedJob] = {}
 
     @property
     def qpus(self) -> dict[str, SimulatedQPU]:
@@ -127,13 +127,15 @@ class QpuJobs:
     def submit(self, msg: P.Sample, identity: bytes, rid: str, reply_as: str = "") -> None:
         """A step called sample(): create its QPU job; the worker gets the reply when it is done."""
         caller: Caller = (identity, rid, reply_as)
-        for ins in self.m.machine.handle(
-            SampleRequested(msg.workflow_id, msg.step_id, msg.shots, caller)
-        ):
-            if isinstance(ins, StartQpuJob):
-                self.m.ex.spawn(self._run(ins.job, msg, ins.index))
-            else:
-                self.m._execute(ins)
+        self.m._do(SampleRequested(msg.workflow_id, msg.step_id, msg.shots, caller, msg))
+
+    def start(self, job: JobRecord, msg: P.Sample, index: int) -> None:
+        """StartQpuJob: the job's pipeline, in the background."""
+        self.m.ex.spawn(self._run(job, msg, index))
+
+    def enqueue(self, job_id: str, qpu: str) -> None:
+        """Enqueue: the job the pipeline readied goes into its QPU's queue."""
+        self.qpus[qpu].queue.put_nowait(self.ready.pop(job_id))
 
     def _session_lock(self, key: str) -> Any:
         """Held while a Session's job is placed until the Session has its QPU: its first jobs
@@ -193,22 +195,21 @@ class QpuJobs:
         placed = QpuJobPlaced(
             job.id, chosen, est.fidelity, est.duration_s, est.num_circuits, cause, stack
         )
-        if not any(isinstance(i, Enqueue) for i in m._do(placed)):
+        self.ready[job.id] = QueuedJob(
+            job,
+            est.transpiled,
+            msg.shots,
+            self._seed(run, job, index),
+            done,
+            mitigation=stack if stack != "none" else None,
+            circuits=msg.circuits,
+            parameter_values=msg.parameter_values,
+            session=msg.session,
+        )
+        m._do(placed)  # the machine's Enqueue puts it in the queue (``enqueue``)
+        if self.ready.pop(job.id, None) is not None:
             m.qpu_waits.pop(job.id, None)
             return  # the workflow ended meanwhile; the machine has answered the worker
-        await self.qpus[chosen].queue.put(
-            QueuedJob(
-                job,
-                est.transpiled,
-                msg.shots,
-                self._seed(run, job, index),
-                done,
-                mitigation=stack if stack != "none" else None,
-                circuits=msg.circuits,
-                parameter_values=msg.parameter_values,
-                session=msg.session,
-            )
-        )
         try:
             execution = await done
         finally:
