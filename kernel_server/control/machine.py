@@ -98,7 +98,16 @@ class LiveWorkflow:
 class WorkflowMachine:
     """The live workflows, the step lanes and their slots; ``handle`` is the only way in."""
 
-    def __init__(self, classical_slots: int = 2, quantum_step_slots: int = 4):
+    def __init__(
+        self,
+        classical_slots: int = 2,
+        quantum_step_slots: int = 4,
+        clock: Callable[[], float] = time.time,
+        ids: Callable[[str], str] = new_id,
+    ):
+        # Time and new ids come from outside (the driver's wall clock and random ids; a test's
+        # fixed ones): the same events then give the same instructions, a replay included.
+        self.clock, self.ids = clock, ids
         self.live: dict[str, LiveWorkflow] = {}
         # Quantum and hybrid steps mostly wait on QPUs, so they get their own slots: a notebook
         # full of waiting quantum steps never starves classical work.
@@ -113,7 +122,7 @@ class WorkflowMachine:
     def _adopt(self, ev: WorkflowAdopted) -> list[Instruction]:
         live = LiveWorkflow(ev.run, ev.inputs, ev.options, dict(ev.done))
         self.live[ev.run.id] = live
-        ev.run.start()
+        ev.run.start(self.clock())
         out: list[Instruction] = [SaveWorkflow(ev.run)]
         if not ev.run.steps:
             out += self._finish(live)
@@ -135,8 +144,7 @@ class WorkflowMachine:
             out += self._adopt(WorkflowAdopted(rec.run, rec.inputs, rec.options, done))
         return out
 
-    @staticmethod
-    def _requeue(rec: RecoveredWorkflow) -> list[Instruction]:
+    def _requeue(self, rec: RecoveredWorkflow) -> list[Instruction]:
         """Steps in flight (or done with their outputs lost) start again; QPU jobs in flight fail,
         their step asks again when it runs again."""
         out: list[Instruction] = []
@@ -144,12 +152,12 @@ class WorkflowMachine:
             if job.state is JobState.DONE and sid in rec.saved:
                 continue
             if job.state is not JobState.PENDING:
-                job.requeue("requeued after an orchestrator restart")
+                job.requeue("requeued after an orchestrator restart", self.clock())
                 out.append(Persist(job, "requeued after an orchestrator restart"))
         for job in rec.run.qpu_jobs.values():
             if not job.state.final:
                 job.error = "orchestrator restarted; the step runs again"
-                job.transition(JobState.FAILED, job.error)
+                job.transition(JobState.FAILED, job.error, self.clock())
                 out.append(Persist(job, job.error))
         return out
 
@@ -172,10 +180,10 @@ class WorkflowMachine:
         out: list[Instruction] = []
         for job in jobs:
             job.error = reason
-            job.transition(JobState.FAILED, cause)
+            job.transition(JobState.FAILED, cause, self.clock())
             out.append(Persist(job, cause))
         step_id = first.step_id or 0
-        cancelled = run.step_failed(step_id, reason, stop_all=True)
+        cancelled = run.step_failed(step_id, reason, stop_all=True, now=self.clock())
         out.append(Persist(run.steps[step_id], cause))
         out += [Persist(j, "an earlier step failed") for j in cancelled]
         out.append(SaveWorkflow(run))
@@ -188,7 +196,7 @@ class WorkflowMachine:
             lane = "classical" if live.run.steps[sid].kind == "classical" else "quantum"
             job = live.run.steps[sid]
             cause = f"waiting for a {lane} worker slot"
-            job.transition(JobState.QUEUED, cause)
+            job.transition(JobState.QUEUED, cause, self.clock())
             out.append(Persist(job, cause))
             self.lanes[lane].append((live.run.id, sid))
         return out + self._dispatch()
@@ -203,7 +211,7 @@ class WorkflowMachine:
                     continue
                 self.slots[lane] -= 1
                 job = live.run.steps[sid]
-                job.transition(JobState.RUNNING, f"{lane} worker")
+                job.transition(JobState.RUNNING, f"{lane} worker", self.clock())
                 out.append(Persist(job, f"{lane} worker"))
                 try:
                     out.append(RunStep(self._step_spec(live, sid), lane))
@@ -246,10 +254,12 @@ class WorkflowMachine:
         live.results[ev.step_id] = (outcome.outputs, outcome.stdout)
         out.append(SaveStepOutputs(run.id, ev.step_id, outcome.outputs, outcome.stdout))
         if outcome.ok:
-            finished = run.step_done(ev.step_id)
+            finished = run.step_done(ev.step_id, self.clock())
             out.append(Persist(job, "step returned"))
         else:
-            cancelled = run.step_failed(ev.step_id, outcome.error or "step failed")
+            cancelled = run.step_failed(
+                ev.step_id, outcome.error or "step failed", now=self.clock()
+            )
             out.append(Persist(job, outcome.error_type or "failed"))
             out += [Persist(j, "an earlier step failed") for j in cancelled]
             out += [ReleaseQpuJob(j.id) for j in cancelled if j.kind == "qpu"]
@@ -270,8 +280,8 @@ class WorkflowMachine:
             if s.id in live.results and (upto is None or s.id <= upto)
         )
         if not run.state.final:
-            run.move_to(WorkflowState.DONE)
-        run.finished_at = run.finished_at or time.time()
+            run.move_to(WorkflowState.DONE, self.clock())
+        run.finished_at = run.finished_at or self.clock()
         live.asking.clear()
         live.offered.clear()
         live.sessions.clear()
@@ -281,7 +291,7 @@ class WorkflowMachine:
         live = self.live.get(ev.workflow_id)
         if live is None or live.run.state.final:
             return []  # finished (perhaps before this orchestrator started): nothing is live
-        cancelled = live.run.cancel()
+        cancelled = live.run.cancel(self.clock())
         out: list[Instruction] = [Persist(j, "workflow cancelled") for j in cancelled]
         out += [ReleaseQpuJob(j.id) for j in cancelled if j.kind == "qpu"]
         return out + self._finish(live)
@@ -296,7 +306,8 @@ class WorkflowMachine:
             raise UserError(f"workflow {ev.workflow_id} has no step {ev.step_id}")
         index = sum(1 for j in run.qpu_jobs.values() if j.step_id == ev.step_id)
         job = JobRecord(
-            id=new_id("qj"),
+            id=self.ids("qj"),
+            created_at=self.clock(),
             workflow_id=run.id,
             kind="qpu",
             step_id=ev.step_id,
@@ -314,7 +325,7 @@ class WorkflowMachine:
         _, job = self.qpu_jobs[ev.job_id]
         if job.state.final:
             return []
-        job.transition(JobState.ESTIMATING)
+        job.transition(JobState.ESTIMATING, now=self.clock())
         return [Persist(job)]
 
     def _plans_ready(self, ev: PlansReady) -> list[Instruction]:
@@ -383,7 +394,7 @@ class WorkflowMachine:
             live.sessions[sid] = ev.qpu  # pin the loop to one QPU
         if live.run.state.final or job.state.final:
             return self._job_cancelled(QpuJobCancelled(job.id))
-        job.transition(JobState.QUEUED, ev.cause)
+        job.transition(JobState.QUEUED, ev.cause, self.clock())
         return [Persist(job, ev.cause), Enqueue(job.id, ev.qpu)]
 
     def _started(self, ev: QpuJobStarted) -> list[Instruction]:
@@ -393,7 +404,7 @@ class WorkflowMachine:
         if job.state.final:
             return []
         cause = f"executing on {job.qpu}"
-        job.transition(JobState.RUNNING, cause)
+        job.transition(JobState.RUNNING, cause, self.clock())
         return [Persist(job, cause)]
 
     def _job_finished(self, ev: QpuJobFinished) -> list[Instruction]:
@@ -405,7 +416,7 @@ class WorkflowMachine:
             return [Reply(caller, False, error_type="WorkflowCancelled", message=_CANCELLED)]
         job.method = ",".join(sorted(set(ev.methods)))
         cause = f"simulated with {job.method}"
-        job.transition(JobState.DONE, cause)
+        job.transition(JobState.DONE, cause, self.clock())
         return [Persist(job, cause), Reply(caller, True, counts=ev.counts, qpu=job.qpu, job=job)]
 
     def _job_failed(self, ev: QpuJobFailed) -> list[Instruction]:
@@ -416,7 +427,7 @@ class WorkflowMachine:
         job.error = f"{ev.error_type}: {ev.message}"
         out: list[Instruction] = []
         if not job.state.final:
-            job.transition(JobState.FAILED, job.error)
+            job.transition(JobState.FAILED, job.error, self.clock())
             out.append(Persist(job, job.error))
         return out + [Reply(caller, False, error_type=ev.error_type, message=ev.message)]
 
@@ -427,7 +438,7 @@ class WorkflowMachine:
         caller = live.callers.pop(job.id)
         out: list[Instruction] = []
         if not job.state.final:
-            job.transition(JobState.CANCELLED, "workflow cancelled")
+            job.transition(JobState.CANCELLED, "workflow cancelled", self.clock())
             out.append(Persist(job, "workflow cancelled"))
         return out + [Reply(caller, False, error_type="WorkflowCancelled", message=_CANCELLED)]
 

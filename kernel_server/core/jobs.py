@@ -265,11 +265,13 @@ class WorkflowRun:
             and all(self.steps[d].state is JobState.DONE for d in self.dependencies(sid))
         ]
 
-    def start(self) -> None:
+    # ``now`` below: the time the caller stamps (the workflow machine passes its clock's);
+    # None reads the wall clock.
+    def start(self, now: float | None = None) -> None:
         if self.state is WorkflowState.SUBMITTED:
-            self.move_to(WorkflowState.RUNNING)
+            self.move_to(WorkflowState.RUNNING, now)
 
-    def move_to(self, target: WorkflowState) -> None:
+    def move_to(self, target: WorkflowState, now: float | None = None) -> None:
         """Move the workflow to ``target``, by ``WORKFLOW_TRANSITIONS``."""
         if (self.state, target) not in WORKFLOW_TRANSITIONS:
             raise IllegalTransition(
@@ -277,58 +279,62 @@ class WorkflowRun:
             )
         self.state = target
         if target.final:
-            self.finished_at = time.time()
+            self.finished_at = time.time() if now is None else now
 
-    def step_failed(self, step_id: int, error: str, stop_all: bool = False) -> list[JobRecord]:
+    def step_failed(
+        self, step_id: int, error: str, stop_all: bool = False, now: float | None = None
+    ) -> list[JobRecord]:
         """Mark the step failed and cancel what comes after it in the cell; return the jobs that
         were cancelled. The workflow fails once every step before it is final: plain Python
         would have run them all before reaching the failing line (``stop_all``: fail it now,
         cancelling those too)."""
         job = self.steps[step_id]
         if not job.state.final:
-            job.transition(JobState.FAILED, "step raised")
+            job.transition(JobState.FAILED, "step raised", now)
         job.error = error
         if self.failed_step is None or step_id < self.failed_step:
             self.failed_step, self.error = step_id, error
         later = {sid for sid in self.steps if stop_all or sid > self.failed_step}
-        cancelled = self._cancel_live("an earlier step failed", later | {self.failed_step})
-        self._settle_failure()
+        cancelled = self._cancel_live("an earlier step failed", later | {self.failed_step}, now)
+        self._settle_failure(now)
         return cancelled
 
-    def _settle_failure(self) -> None:
+    def _settle_failure(self, now: float | None = None) -> None:
         if self.failed_step is None or self.state.final:
             return
         if all(job.state.final for sid, job in self.steps.items() if sid < self.failed_step):
-            self.move_to(WorkflowState.FAILED)
+            self.move_to(WorkflowState.FAILED, now)
 
-    def cancel(self) -> list[JobRecord]:
+    def cancel(self, now: float | None = None) -> list[JobRecord]:
         if self.state.final:
             return []
-        self.move_to(WorkflowState.CANCELLED)
+        self.move_to(WorkflowState.CANCELLED, now)
         self.error = "cancelled by the user"
-        return self._cancel_live("workflow cancelled")
+        return self._cancel_live("workflow cancelled", None, now)
 
-    def _cancel_live(self, cause: str, step_ids: set[int] | None = None) -> list[JobRecord]:
+    def _cancel_live(
+        self, cause: str, step_ids: set[int] | None = None, now: float | None = None
+    ) -> list[JobRecord]:
         """Cancel the live jobs of ``step_ids`` (default: every step) and their QPU jobs."""
         cancelled = []
         for job in [*self.steps.values(), *self.qpu_jobs.values()]:
             if step_ids is not None and job.step_id not in step_ids:
                 continue
             if not job.state.final:
-                job.transition(JobState.CANCELLED, cause)
+                job.transition(JobState.CANCELLED, cause, now)
                 cancelled.append(job)
         return cancelled
 
-    def step_done(self, step_id: int) -> bool:
+    def step_done(self, step_id: int, now: float | None = None) -> bool:
         """Record a finished step; return True when that finished the whole workflow (done, or
         failed: the last step before a failing one has finished)."""
         job = self.steps[step_id]
-        job.transition(JobState.DONE, "step returned")
+        job.transition(JobState.DONE, "step returned", now)
         if self.failed_step is not None:
-            self._settle_failure()
+            self._settle_failure(now)
             return self.state.final
         if all(j.state is JobState.DONE for j in self.steps.values()):
-            self.move_to(WorkflowState.DONE)
+            self.move_to(WorkflowState.DONE, now)
             return True
         return False
 

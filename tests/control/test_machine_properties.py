@@ -6,7 +6,8 @@ order (estimating, plans, the user's choice, placement, start, the end) and canc
 moment, with the pipeline's late events still arriving after a cancel. After every event the
 instructions so far must keep the invariants: no QPU job queued twice (billed twice), no worker
 answered twice, no job leaving a final state, every step's result saved once, a workflow made
-final once and nothing started for it afterwards.
+final once and nothing started for it afterwards. And the machine takes its clock and ids from
+outside: the same events replayed into a new machine give the same instructions.
 """
 
 from __future__ import annotations
@@ -79,14 +80,44 @@ def _graph(kinds: list[str]) -> dict[str, Any]:
     return {"steps": steps, "edges": edges, "inputs": ["seed"], "outputs": outputs, "source": ""}
 
 
+def _adoption(wid: str, kinds: list[str], plan: str) -> WorkflowAdopted:
+    run = WorkflowRun.new(wid, "img", _graph(kinds))
+    return WorkflowAdopted(run, {"seed": b"s"}, run_options({"plan": plan}))
+
+
 # A QPU job's pipeline, in the order the driver reports it.
 _NEXT = {"started": "estimating", "estimating": "planned", "placed": "running"}
+
+
+def _machine() -> WorkflowMachine:
+    """A machine on a counting clock and counting ids (the driver passes the wall clock and
+    random ids)."""
+    ticks, made = iter(range(10**9)), iter(range(10**9))
+    return WorkflowMachine(
+        classical_slots=2,
+        quantum_step_slots=2,
+        clock=lambda: float(next(ticks)),
+        ids=lambda prefix: f"{prefix}-{next(made)}",
+    )
+
+
+def _summary(i: Instruction) -> tuple[Any, ...]:
+    """What an instruction says, comparable between two machines (its jobs by id and state)."""
+    if isinstance(i, Persist):
+        return ("Persist", i.job.id, i.state.value, i.job.finished_at, i.cause)
+    if isinstance(i, RunStep):
+        return ("RunStep", i.spec.workflow_id, i.spec.step_id, tuple(sorted(i.spec.inputs)))
+    if isinstance(i, StartQpuJob):
+        return ("StartQpuJob", i.job.id, i.index, i.job.created_at)
+    return (type(i).__name__, *(repr(v) for k, v in sorted(vars(i).items()) if k != "run"))
 
 
 class MachineUnderRandomEvents(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.m = WorkflowMachine(classical_slots=2, quantum_step_slots=2)
+        self.m = _machine()
+        # What was fed, to replay: ("adopt", id, kinds, plan), an event, or ("raised", event).
+        self.fed: list[Any] = []
         self.log: list[Instruction] = []
         self.workflows: list[str] = []
         self.running: list[tuple[str, int, str]] = []  # steps a RunStep started, not finished
@@ -97,7 +128,13 @@ class MachineUnderRandomEvents(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------------ the driver
     def feed(self, event: Event) -> list[Instruction]:
-        out = self.m.handle(event)
+        try:
+            out = self.m.handle(event)
+        except UserError:
+            self.fed.append(("raised", event))
+            raise
+        if not isinstance(event, WorkflowAdopted):
+            self.fed.append(event)
         self.log.extend(out)
         for i in out:
             if isinstance(i, RunStep):
@@ -120,8 +157,8 @@ class MachineUnderRandomEvents(RuleBasedStateMachine):
     def adopt(self, kinds: list[str], plan: str) -> None:
         wid = f"wf{len(self.workflows)}"
         self.workflows.append(wid)
-        run = WorkflowRun.new(wid, "img", _graph(kinds))
-        self.feed(WorkflowAdopted(run, {"seed": b"s"}, run_options({"plan": plan})))
+        self.fed.append(("adopt", wid, kinds, plan))
+        self.feed(_adoption(wid, kinds, plan))
 
     @precondition(lambda self: self.running)
     @rule(data=st.data(), succeeds=st.booleans())
@@ -206,6 +243,20 @@ class MachineUnderRandomEvents(RuleBasedStateMachine):
         job_id = data.draw(st.sampled_from(live))
         self.feed(QpuJobCancelled(job_id))
         self.jobs[job_id]["stage"] = "over"
+
+    def teardown(self) -> None:
+        """The same events into a new machine: the same instructions, the same errors."""
+        again = _machine()
+        replayed: list[Instruction] = []
+        for item in self.fed:
+            if isinstance(item, tuple) and item[0] == "adopt":
+                replayed.extend(again.handle(_adoption(*item[1:])))
+            elif isinstance(item, tuple) and item[0] == "raised":
+                with pytest.raises(UserError):
+                    again.handle(item[1])
+            else:
+                replayed.extend(again.handle(item))
+        assert [_summary(i) for i in replayed] == [_summary(i) for i in self.log]
 
     # ------------------------------------------------------------------------ invariants
     @invariant()
