@@ -20,8 +20,14 @@ Caller = tuple[bytes, str, str]
 
 
 # ------------------------------------------------------------------------------------- events
+@dataclass
 class Event:
-    """Something that happened: a request, a worker's result, a QPU's progress, a restart."""
+    """Something that happened: a request, a worker's result, a QPU's progress, a restart.
+
+    ``stimulus_id`` names it once it enters the machine (``stimuli.StimulusLog``): the
+    instructions it causes, and a replayable log in debug mode, are told by it."""
+
+    stimulus_id: str = field(default="", kw_only=True)
 
 
 @dataclass

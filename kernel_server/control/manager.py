@@ -42,6 +42,7 @@ from kernel_server.control.events import (
 )
 from kernel_server.control.machine import UnknownWorkflow, UserError, WorkflowMachine, not_asking
 from kernel_server.control.qpu_jobs import CircuitTooWide, QpuJobs
+from kernel_server.control.stimuli import StimulusLog
 from kernel_server.control.store import Store
 from kernel_server.core.deployment import DEFAULT_PLACEMENT, RunOptions, stored_options
 from kernel_server.core.jobs import JobRecord, WorkflowRun
@@ -89,7 +90,10 @@ class JobManager:
         self.ex = executors
         self.emit = emit
         self.reply = reply
-        self.machine = WorkflowMachine(classical_slots, quantum_step_slots)
+        self.stimuli = StimulusLog.from_env()
+        self.machine = WorkflowMachine(
+            classical_slots, quantum_step_slots, clock=self.stimuli.clock, ids=self.stimuli.ids
+        )
         # Called with a workflow's id once it is final (the orchestrator revokes its capability).
         self.on_final: Callable[[str], None] = lambda workflow_id: None
         self.placement = placement
@@ -115,7 +119,7 @@ class JobManager:
 
     # ------------------------------------------------------------------ instructions
     def _do(self, event: Event) -> list[Instruction]:
-        instructions = self.machine.handle(event)
+        instructions = self.stimuli.handle(self.machine, event)
         for instruction in instructions:
             self._execute(instruction)
         for woken in self._plan_waiters:  # whoever waits for a step's plans looks again
