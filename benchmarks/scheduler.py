@@ -189,7 +189,7 @@ def targets(results: dict, presets: tuple[str, str, str]) -> dict[str, tuple[boo
 
 def table(results: dict) -> str:
     head = (
-        f"{'policy':<26}{'mean JCT':>10}{'p95 JCT':>10}{'fidelity':>10}{'util.':>8}"
+        f"{'policy':<26}{'mean JCT':>10}{'p95 JCT':>10}{'/bound':>8}{'fidelity':>10}{'util.':>8}"
         f"{'load diff':>11}{'decision p50/p95':>19}{'wall':>8}"
     )
     lines = [head, "-" * len(head)]
@@ -203,10 +203,15 @@ def table(results: dict) -> str:
         )
         lines.append(
             f"{name:<26}{m['mean_jct_s']:>9.2f}s{m['p95_jct_s']:>9.2f}s"
-            f"{m['mean_fidelity']:>10.4f}{m['mean_utilization']:>8.1%}"
+            f"{m['jct_over_bound']:>7.2f}x{m['mean_fidelity']:>10.4f}{m['mean_utilization']:>8.1%}"
             f"{m['max_load_difference']:>11.1%}{decision:>19}{m['wall_seconds']:>7.1f}s"
             f"   ({m['mean_jct_s'] / lb['mean_jct_s']:.2f}x least-busy's JCT)"
         )
+    lines.append(
+        f"lower bound on the mean JCT of any schedule: {lb['lower_bound_jct_s']:.2f} s"
+        " (max of the mean fastest run and SRPT on one machine as fast as the fleet; "
+        "kernel_server/simulation/bounds.py)"
+    )
     return "\n".join(lines)
 
 

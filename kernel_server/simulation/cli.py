@@ -165,15 +165,21 @@ def _reservation(text: str) -> Any:
 def format_table(results: dict[str, Any]) -> str:
     rows = [(k, v) for k, v in results.items() if isinstance(v, dict) and "mean_jct_s" in v]
     head = (
-        f"{'policy':<20}{'mean JCT':>11}{'p95 JCT':>11}{'fidelity':>10}{'util.':>8}"
+        f"{'policy':<20}{'mean JCT':>11}{'p95 JCT':>11}{'/bound':>8}{'fidelity':>10}{'util.':>8}"
         f"{'load diff':>11}{'cycles':>8}{'completed':>11}"
     )
     lines = [head, "-" * len(head)]
     for name, m in rows:
         lines.append(
             f"{name:<20}{m['mean_jct_s']:>10.1f}s{m['p95_jct_s']:>10.1f}s"
+            f"{m.get('jct_over_bound', float('nan')):>7.2f}x"
             f"{m['mean_fidelity']:>10.3f}{m['mean_utilization']:>8.1%}"
             f"{m['max_load_difference']:>11.1%}{m['cycles']:>8}{m['completed']:>11}"
+        )
+    if rows:
+        lines.append(
+            "lower bound on the mean JCT of any schedule: "
+            f"{rows[0][1].get('lower_bound_jct_s', float('nan')):.1f} s (simulation/bounds.py)"
         )
     # Against what a user would pick instead: least-busy where it ran, else FCFS.
     label = "least-busy" if "least-busy" in results else "fcfs"

@@ -30,6 +30,7 @@ import numpy as np
 from kernel_server.scheduler.cycle import CLOUD_TRIGGERS, Triggers, run_cycle
 from kernel_server.scheduler.online import OnlineScheduler
 from kernel_server.scheduler.policies import BATCHING, ONLINE, PolicyState
+from kernel_server.simulation.bounds import jct_lower_bound
 from kernel_server.simulation.qpus import Entry, QPUState, Reservation
 from kernel_server.simulation.results import SimulationResult
 from kernel_server.simulation.workload import Workload
@@ -380,6 +381,19 @@ class CloudSimulation:
             last_front=self.last_front,
             decision_s=scheduler.decision_seconds(),
             decision_jobs=np.asarray([k for k, _, _ in scheduler.decisions], dtype=int),
+            lower_bound_jct_s=self._lower_bound(np.isfinite(jct)),
+        )
+
+    def _lower_bound(self, jobs: np.ndarray) -> float:
+        """The mean JCT no schedule of these jobs could beat (``bounds``), from their realised
+        run times: the same for every policy on the same workload and seed."""
+        w = self.workload
+        usable = np.isfinite(w.fidelity) & np.isfinite(w.quantum_s)
+        realised = np.where(usable, w.quantum_s * self.actual_factor, np.inf)
+        fastest = realised.min(axis=1)
+        jobs = jobs & np.isfinite(fastest)
+        return jct_lower_bound(
+            w.arrival_s[jobs], fastest[jobs], w.classical_s[jobs], len(self.qpus)
         )
 
 

@@ -30,6 +30,8 @@ class SimulationResult:
     # Online qonductor: wall seconds of each decision and the jobs it covered.
     decision_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     decision_jobs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
+    # The mean JCT no schedule of the completed jobs could beat (simulation.bounds).
+    lower_bound_jct_s: float = float("nan")
 
     @property
     def busy_s(self) -> dict[str, float]:
@@ -50,6 +52,10 @@ class SimulationResult:
             "dropped": len(self.dropped),
             "mean_jct_s": float(self.jct_s[done].mean()) if done.any() else float("nan"),
             "p95_jct_s": float(np.percentile(self.jct_s[done], 95)) if done.any() else float("nan"),
+            "lower_bound_jct_s": self.lower_bound_jct_s,
+            "jct_over_bound": float(self.jct_s[done].mean() / self.lower_bound_jct_s)
+            if done.any() and self.lower_bound_jct_s > 0
+            else float("nan"),
             "mean_fidelity": float(self.fidelity[done].mean()) if done.any() else float("nan"),
             "mean_utilization": float(util.mean()),
             "max_load_difference": _spread(loads),

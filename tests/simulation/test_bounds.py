@@ -1,0 +1,59 @@
+"""The JCT lower bound: exact where SRPT is optimal, below every policy's schedule elsewhere."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from helpers import three_qpu_workload
+
+from kernel_server.scheduler.cycle import Triggers
+from kernel_server.simulation.bounds import jct_lower_bound, srpt_flow_times
+from kernel_server.simulation.cloud import simulate
+
+
+@pytest.mark.unit
+def test_srpt_preempts_at_an_arrival_and_finishes_the_shortest_first() -> None:
+    # A long job starts alone; a short one arrives and runs at once; the long one resumes.
+    flows = srpt_flow_times(np.array([0.0, 1.0, 1.5]), np.array([10.0, 2.0, 1.0]))
+    # t=1: short (2) preempts long (9 left); t=1.5: the 1 s job (shorter than 1.5 left) runs
+    # to 2.5; the 2 s job to 4.0; the long one to 13.
+    assert flows.tolist() == [13.0, 3.0, 1.0]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("seed", range(5))
+def test_on_one_machine_with_everything_at_once_the_bound_is_the_optimum(seed: int) -> None:
+    # One QPU, all jobs at time 0: SRPT is shortest-first, the optimum of every order (and
+    # preemption cannot help when nothing arrives later).
+    work = np.random.default_rng(seed).uniform(1, 10, 6)
+    best = min(np.cumsum(work[list(order)]).mean() for order in itertools.permutations(range(6)))
+    assert jct_lower_bound(np.zeros(6), work, np.zeros(6), machines=1) == pytest.approx(best)
+
+
+@pytest.mark.unit
+def test_the_bound_is_never_below_the_jobs_own_run_times() -> None:
+    # Eight QPUs and jobs far apart: no queueing anywhere, so each job's own time is the bound.
+    arrival = np.arange(5) * 100.0
+    work = np.array([3.0, 5.0, 2.0, 8.0, 1.0])
+    bound = jct_lower_bound(arrival, work, np.full(5, 0.5), machines=8)
+    assert bound == pytest.approx(work.mean() + 0.5)
+
+
+FAST = Triggers(queue_size=20, interval_s=30.0)
+QUICK = {"population": 40, "max_generations": 20}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_policy_schedules_above_the_bound_and_shares_it(seed: int) -> None:
+    # A loaded small cloud (60 jobs of 8-12 s over 10 minutes on 3 QPUs, spread run times).
+    w = three_qpu_workload(60, seed, (0.92, 0.85, 0.83), 0.01, (8, 12), runtime_spread=0.3)
+    bounds = set()
+    for policy in ("fcfs", "least-busy", "qonductor", "qonductor-paper"):
+        m = simulate(w, policy, seed=seed, triggers=FAST, nsga2_options=QUICK).metrics()
+        assert m["completed"] == w.num_jobs
+        assert m["lower_bound_jct_s"] <= m["mean_jct_s"] + 1e-9, policy
+        assert m["jct_over_bound"] >= 1.0
+        bounds.add(round(m["lower_bound_jct_s"], 9))
+    assert len(bounds) == 1  # the same jobs and realised times: the same bound for all
