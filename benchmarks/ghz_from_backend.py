@@ -17,24 +17,16 @@ import sys
 import time
 from pathlib import Path
 
-from qiskit import QuantumCircuit
 from qiskit.quantum_info import hellinger_fidelity
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from noisy_execution import ghz  # noqa: E402  (the real-size benchmark's set)
 
 from kernel_server.backends import aer_sim  # noqa: E402
 from kernel_server.backends.compile import transpile_for  # noqa: E402
 from kernel_server.backends.devices import family_of, load_backend  # noqa: E402
 from kernel_server.estimator.numerical import numerical_estimate  # noqa: E402
-
-
-def ghz(num_qubits: int) -> QuantumCircuit:
-    circuit = QuantumCircuit(num_qubits, name=f"ghz{num_qubits}")
-    circuit.h(0)
-    for q in range(num_qubits - 1):
-        circuit.cx(q, q + 1)
-    circuit.measure_all()
-    return circuit
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
