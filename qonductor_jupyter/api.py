@@ -29,9 +29,8 @@ from .namespace_update import Applied
 from .splitter import NotebookContext, WorkflowGraph, split_cell
 from .workflows import (  # the workflow calls are part of this module's API too
     Submission,
-    _data,
+    _ask,
     _raise_for,
-    _request,
     _submissions,
     _submissions_lock,
     bring_back,
@@ -136,15 +135,15 @@ def _create_image(
     name: str | None,
     bound: dict[str, bytes] | None = None,
 ) -> str:
-    data = _data(
+    created = _ask(
         CreateWorkflow(source=source, graph=graph, config=cfg, name=name, bound=bound or {})
     )
-    return data["image_id"]
+    return created.image_id
 
 
 def deploy(image_id: str, config: dict[str, Any] | str | None = None) -> str:
     """Deploy an image (optionally overriding its configuration); returns the image id."""
-    return _data(Deploy(image_id=image_id, config=_load_config(config)))["image_id"]
+    return _ask(Deploy(image_id=image_id, config=_load_config(config))).image_id
 
 
 def invoke(image_id: str, inputs: dict[str, Any] | None = None, **options: Any) -> str:
@@ -156,7 +155,7 @@ def _invoke(image_id: str, blobs: dict[str, bytes], options: dict[str, Any]) -> 
     # The client picks the id, so a request resent to a restarted orchestrator is not a new run.
     workflow_id = "wf-" + uuid.uuid4().hex[:12]
     options = {k: v for k, v in options.items() if v is not None}
-    _request(Invoke(image_id=image_id, workflow_id=workflow_id, inputs=blobs, options=options))
+    _ask(Invoke(image_id=image_id, workflow_id=workflow_id, inputs=blobs, options=options))
     return workflow_id
 
 

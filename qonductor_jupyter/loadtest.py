@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from kernel_server.core.jobs import FINAL_WORKFLOW_STATES
-from kernel_server.wire.messages import GetResults, Invoke, ListWorkflows, Ok, WorkflowReply
+from kernel_server.wire.messages import (
+    GetResults,
+    Invoke,
+    ListWorkflows,
+    WorkflowList,
+    WorkflowReply,
+)
 
 from .client import Client, read_connection
 
@@ -97,9 +103,9 @@ def run_load(
     finally:
         waiter.close()
         stop_sampling.set()
-    if not isinstance(listing, Ok):
+    if not isinstance(listing, WorkflowList):
         raise RuntimeError(f"list_workflows answered {listing.op!r}")
-    listed = [w["id"] for w in listing.data["workflows"]]
+    listed = [w["id"] for w in listing.workflows]
     ids = set(load.ids)
     mine = [w for w in listed if w in ids]
     return LoadReport(

@@ -27,8 +27,10 @@ from kernel_server.wire.messages import (
     ListImages,
     ListWorkflows,
     Message,
-    Ok,
+    R,
+    Request,
     WorkflowReply,
+    reply_type,
 )
 
 from .client import get_client
@@ -52,20 +54,22 @@ def _request(message: Message, timeout: float = 60.0, client: Any = None) -> Mes
         raise InputError(str(exc)) from None
 
 
-def _data(message: Message) -> dict[str, Any]:
-    """The ``data`` of the orchestrator's Ok reply to ``message``."""
-    reply = _request(message)
-    if not isinstance(reply, Ok):
-        raise OrchestratorError(f"{message.op}: the orchestrator answered {reply.op!r}, not ok")
-    return reply.data
-
-
-def _workflow_reply(message: Message, timeout: float = 60.0, client: Any = None) -> WorkflowReply:
-    """The orchestrator's WorkflowReply to a status or results request."""
+def _ask(message: Request[R], timeout: float = 60.0, client: Any = None) -> R:
+    """The orchestrator's reply to ``message``, of the type the request promises."""
     reply = _request(message, timeout, client)
-    if not isinstance(reply, WorkflowReply):
-        raise OrchestratorError(f"{message.op}: the orchestrator answered {reply.op!r}")
-    return reply
+    expected = reply_type(message)
+    if not isinstance(reply, expected):
+        raise OrchestratorError(
+            f"{message.op}: the orchestrator answered {reply.op!r}, not {expected.op!r}"
+        )
+    return reply  # type: ignore[return-value]  # the isinstance above is R's
+
+
+def _workflow_reply(
+    message: GetStatus | GetResults, timeout: float = 60.0, client: Any = None
+) -> WorkflowReply:
+    """The orchestrator's WorkflowReply to a status or results request."""
+    return _ask(message, timeout, client)
 
 
 # -------------------------------------------------------------------- images
@@ -137,24 +141,25 @@ def workflow_results(
 
 
 def cancel(workflow_id: str) -> dict[str, Any]:
-    return _data(Cancel(workflow_id=workflow_id))
+    reply = _ask(Cancel(workflow_id=workflow_id))
+    return {"state": reply.state, "cancelled": reply.cancelled}
 
 
 def choose_plan(workflow_id: str, step_id: int, plan: int | str) -> Any:
     """Answer a ``--plan ask`` step: run it with plan number ``plan`` (or "off")."""
-    return _data(ChoosePlan(workflow_id=workflow_id, step_id=int(step_id), plan=plan))["plan"]
+    return _ask(ChoosePlan(workflow_id=workflow_id, step_id=int(step_id), plan=plan)).plan
 
 
 def list_images() -> list[dict[str, Any]]:
-    return _data(ListImages())["images"]
+    return _ask(ListImages()).images
 
 
 def list_workflows(limit: int = 100) -> list[dict[str, Any]]:
-    return _data(ListWorkflows(limit=limit))["workflows"]
+    return _ask(ListWorkflows(limit=limit)).workflows
 
 
 def fleet() -> list[dict[str, Any]]:
-    return _data(GetFleet())["devices"]
+    return _ask(GetFleet()).devices
 
 
 @dataclass

@@ -21,22 +21,30 @@ from kernel_server.wire.circuits import CircuitFormatError, read_call
 from kernel_server.wire.messages import (
     BackendReply,
     Cancel,
+    Cancelled,
     ChoosePlan,
     CreateWorkflow,
     Deploy,
     DescribeBackend,
+    FleetReply,
     GetFleet,
     GetResults,
     GetStatus,
+    ImageCreated,
+    ImageDeployed,
+    ImageList,
     Invoke,
+    Invoked,
     ListImages,
     ListWorkflows,
     Message,
-    Ok,
     Ping,
+    PlanTaken,
     Pong,
     Sample,
     Shutdown,
+    Stopping,
+    WorkflowList,
 )
 
 if TYPE_CHECKING:
@@ -91,39 +99,37 @@ class Handlers:
 
     async def shutdown(self, msg: Shutdown, identity: bytes, rid: str) -> Message:
         self.orch.loop.call_later(0.05, self.orch.stop)
-        return Ok(data={"pid": os.getpid()})
+        return Stopping(pid=os.getpid())
 
     async def create(self, msg: CreateWorkflow, identity: bytes, rid: str) -> Message:
         image = self.orch.registry.create(
             msg.source, msg.graph, msg.config, msg.name, msg.bound, CURRENT_USER.get()
         )
-        return Ok(data={"image_id": image.id, "name": image.name})
+        return ImageCreated(image_id=image.id, name=image.name)
 
     async def deploy(self, msg: Deploy, identity: bytes, rid: str) -> Message:
         image = self.orch.registry.deploy(msg.image_id, msg.config, CURRENT_USER.get())
         await self.orch.fleet_ready.wait()
         # Refuse configs no QPU satisfies.
         self.orch.manager.eligible_qpus(run_options(image.deployed), 0)
-        return Ok(data={"image_id": image.id, "config": image.deployed})
+        return ImageDeployed(image_id=image.id, config=image.deployed or {})
 
     async def images(self, msg: ListImages, identity: bytes, rid: str) -> Message:
         owner = CURRENT_USER.get() or None  # the orchestrator's own key sees every image
-        return Ok(data={"images": [i.summary() for i in self.orch.registry.list(owner)]})
+        return ImageList(images=[i.summary() for i in self.orch.registry.list(owner)])
 
     async def workflows(self, msg: ListWorkflows, identity: bytes, rid: str) -> Message:
         owner = CURRENT_USER.get() or None  # the orchestrator's own key sees every workflow
-        return Ok(data={"workflows": self.orch.store.list_workflows(msg.limit, owner)})
+        return WorkflowList(workflows=self.orch.store.list_workflows(msg.limit, owner))
 
     async def fleet(self, msg: GetFleet, identity: bytes, rid: str) -> Message:
         orch = self.orch
         await orch.fleet_ready.wait()
-        return Ok(
-            data={
-                "devices": [q.status() for q in orch.qpus.values()],
-                "dropped_messages": orch.dropped_messages,
-                "dropped_by_reason": dict(orch.dropped_by_reason),
-                "compute": orch.compute.describe(),
-            }
+        return FleetReply(
+            devices=[q.status() for q in orch.qpus.values()],
+            dropped_messages=orch.dropped_messages,
+            dropped_by_reason=dict(orch.dropped_by_reason),
+            compute=orch.compute.describe(),
         )
 
     async def describe_backend(self, msg: DescribeBackend, identity: bytes, rid: str) -> Message:
@@ -161,9 +167,9 @@ class Handlers:
         run = WorkflowRun.new(workflow_id, image.id, image.graph)
         inputs = {**bound, **msg.inputs}
         if not orch.store.insert_workflow(run, image.name, options, inputs, CURRENT_USER.get()):
-            return Ok(data={"workflow_id": workflow_id, "duplicate": True})
+            return Invoked(workflow_id=workflow_id, duplicate=True)
         orch.manager.adopt(run, inputs, options)
-        return Ok(data={"workflow_id": workflow_id})
+        return Invoked(workflow_id=workflow_id)
 
     async def status(self, msg: GetStatus, identity: bytes, rid: str) -> Message:
         self.orch.ownership.check_owner(msg.workflow_id)
@@ -183,12 +189,12 @@ class Handlers:
         # Right after a --plan ask cell the plans may still be on their way: wait for them.
         await manager.plans_asked(msg.workflow_id, msg.step_id, CHOOSE_WAIT_S)
         plan = manager.choose_plan(msg.workflow_id, msg.step_id, msg.plan)
-        return Ok(data={"plan": plan})
+        return PlanTaken(plan=plan)
 
     async def cancel(self, msg: Cancel, identity: bytes, rid: str) -> Message:
         self.orch.ownership.check_owner(msg.workflow_id)
         run, cancelled = self.orch.manager.cancel(msg.workflow_id)
-        return Ok(data={"state": run.state.value, "cancelled": [j.id for j in cancelled]})
+        return Cancelled(state=run.state.value, cancelled=[j.id for j in cancelled])
 
     async def sample(self, msg: Sample, identity: bytes, rid: str) -> Message | None:
         orch = self.orch

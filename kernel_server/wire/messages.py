@@ -7,7 +7,7 @@ envelope the messages travel in (signature, id, timestamp, nonce) is ``envelope.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Generic, TypeVar, get_args, get_origin
 
 import msgspec
 
@@ -50,134 +50,24 @@ class Message(msgspec.Struct, kw_only=True):
         return msgspec.convert(data, cls, builtin_types=(bytes, bytearray))
 
 
-# Requests from kernels (and the CLI) ---------------------------------------------------------
+R = TypeVar("R", bound=Message)
 
 
-class Ping(Message):
-    op: ClassVar[str] = "ping"
+class Request(Message, Generic[R]):
+    """A request; ``R`` is the reply it promises (``reply_type``), which a client's typed
+    request returns."""
 
 
-class Shutdown(Message):
-    op: ClassVar[str] = "shutdown"
-
-
-class CreateWorkflow(Message):
-    """Register a workflow image: the split cell (graph) plus its code and configuration."""
-
-    op: ClassVar[str] = "create_workflow"
-    source: str = ""
-    graph: dict[str, Any] = {}
-    config: dict[str, Any] = {}
-    name: Annotated[str, msgspec.Meta(max_length=256)] | None = None
-    # Objects bound into the image itself (the function-list form of create_workflow).
-    bound: dict[str, bytes] = {}
-
-
-class Deploy(Message):
-    op: ClassVar[str] = "deploy"
-    image_id: Id = ""
-    config: dict[str, Any] = {}
-
-
-class Invoke(Message):
-    """Run an image. The client chooses ``workflow_id``, so a resent request is idempotent."""
-
-    op: ClassVar[str] = "invoke"
-    image_id: Id = ""
-    workflow_id: Id = ""
-    inputs: dict[str, bytes] = {}
-    options: dict[str, Any] = {}
-
-
-class GetStatus(Message):
-    op: ClassVar[str] = "status"
-    workflow_id: Id = ""
-
-
-class GetResults(Message):
-    """Long-poll: the reply comes when the workflow is final or after ``wait_s`` seconds."""
-
-    op: ClassVar[str] = "results"
-    workflow_id: Id = ""
-    wait_s: Seconds = 0.0
-
-
-class ListImages(Message):
-    op: ClassVar[str] = "list_images"
-
-
-class ListWorkflows(Message):
-    op: ClassVar[str] = "list_workflows"
-    limit: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 100
-
-
-class Cancel(Message):
-    op: ClassVar[str] = "cancel"
-    workflow_id: Id = ""
-
-
-class ChoosePlan(Message):
-    """The user's plan for a quantum step of a ``--plan ask`` workflow (a number, or "off")."""
-
-    op: ClassVar[str] = "choose_plan"
-    workflow_id: Id = ""
-    step_id: StepId = 0
-    plan: Annotated[int, msgspec.Meta(ge=0)] | Annotated[str, msgspec.Meta(max_length=32)] = 0
-
-
-class GetFleet(Message):
-    op: ClassVar[str] = "fleet"
-
-
-class DescribeBackend(Message):
-    """A fleet device or template by name, for a kernel's backend view (its Target)."""
-
-    op: ClassVar[str] = "describe_backend"
-    name: Annotated[str, msgspec.Meta(max_length=128)] = ""
-
-
-# Requests from classical workers (quantum calls made inside a step) -------------------------
-
-
-class Sample(Message):
-    """A step's ``sample(...)`` call: circuits (QPY, a data format: nothing in it is code) to run
-    on one QPU.
-
-    ``num_qubits`` and ``fingerprint`` are the orchestrator's: it reads them off the circuits
-    themselves when the request arrives and overwrites whatever a client sent.
-    """
-
-    op: ClassVar[str] = "sample"
-    workflow_id: Id = ""
-    step_id: StepId = 0
-    circuits: bytes = b""
-    shots: Shots = 1
-    kind: Annotated[str, msgspec.Meta(max_length=32)] = "sample"
-    # Parameter sets bound into every circuit on the QPU, as ``numpy.save`` writes a float64
-    # array of shape (rows, parameters) ("" for bound circuits): a PUB's sweep is one QPU job,
-    # its circuits estimated and transpiled once, the rows bound where they run.
-    parameter_values: bytes = b""
-    # QPUs the call may run on (a pinned device, or a template's members; empty: any eligible).
-    qpus: list[Id] = []
-    # A primitive's Session: its jobs stay on the QPU its first job was placed on.
-    session: Id = ""
-    # Mitigation stacks the plan may use ("none", "rem", "zne+rem", ...; empty: any), set by a
-    # primitive's resilience options.
-    stacks: list[Annotated[str, msgspec.Meta(max_length=64)]] = []
-    num_qubits: int = 0
-    # wire.circuits.fingerprint of the circuits ("" unknown): what estimates and
-    # plans are remembered under.
-    fingerprint: str = ""
-    # Rows of parameter values (1 for bound circuits); the orchestrator's, like num_qubits.
-    rows: int = 1
+def reply_type(request: Request[Any]) -> type[Message]:
+    """The reply class ``request``'s class promises."""
+    for base in type(request).__orig_bases__:  # type: ignore[attr-defined]
+        if get_origin(base) is Request:
+            promised: type[Message] = get_args(base)[0]
+            return promised
+    raise TypeError(f"{type(request).__name__} promises no reply type")
 
 
 # Replies ------------------------------------------------------------------------------------
-
-
-class Ok(Message):
-    op: ClassVar[str] = "ok"
-    data: dict[str, Any] = {}
 
 
 class ErrorReply(Message):
@@ -238,6 +128,180 @@ class SampleReply(Message):
     results: bytes = b""
     qpu: str = ""
     report: QpuJobReport | None = None
+
+
+class Stopping(Message):
+    op: ClassVar[str] = "stopping"
+    pid: int = 0
+
+
+class ImageCreated(Message):
+    op: ClassVar[str] = "image_created"
+    image_id: str = ""
+    name: str | None = None
+
+
+class ImageDeployed(Message):
+    op: ClassVar[str] = "image_deployed"
+    image_id: str = ""
+    config: dict[str, Any] = {}
+
+
+class ImageList(Message):
+    op: ClassVar[str] = "image_list"
+    images: list[dict[str, Any]] = []
+
+
+class WorkflowList(Message):
+    op: ClassVar[str] = "workflow_list"
+    workflows: list[dict[str, Any]] = []
+
+
+class Invoked(Message):
+    op: ClassVar[str] = "invoked"
+    workflow_id: str = ""
+    duplicate: bool = False  # a resent invoke: the workflow already existed
+
+
+class PlanTaken(Message):
+    op: ClassVar[str] = "plan_taken"
+    plan: int | str = 0
+
+
+class Cancelled(Message):
+    op: ClassVar[str] = "cancelled"
+    state: str = ""
+    cancelled: list[str] = []  # the job ids the cancel stopped
+
+
+class FleetReply(Message):
+    op: ClassVar[str] = "fleet_status"
+    devices: list[dict[str, Any]] = []
+    dropped_messages: int = 0
+    dropped_by_reason: dict[str, int] = {}
+    compute: dict[str, Any] = {}
+
+
+# Requests from kernels (and the CLI) ---------------------------------------------------------
+
+
+class Ping(Request[Pong]):
+    op: ClassVar[str] = "ping"
+
+
+class Shutdown(Request[Stopping]):
+    op: ClassVar[str] = "shutdown"
+
+
+class CreateWorkflow(Request[ImageCreated]):
+    """Register a workflow image: the split cell (graph) plus its code and configuration."""
+
+    op: ClassVar[str] = "create_workflow"
+    source: str = ""
+    graph: dict[str, Any] = {}
+    config: dict[str, Any] = {}
+    name: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+    # Objects bound into the image itself (the function-list form of create_workflow).
+    bound: dict[str, bytes] = {}
+
+
+class Deploy(Request[ImageDeployed]):
+    op: ClassVar[str] = "deploy"
+    image_id: Id = ""
+    config: dict[str, Any] = {}
+
+
+class Invoke(Request[Invoked]):
+    """Run an image. The client chooses ``workflow_id``, so a resent request is idempotent."""
+
+    op: ClassVar[str] = "invoke"
+    image_id: Id = ""
+    workflow_id: Id = ""
+    inputs: dict[str, bytes] = {}
+    options: dict[str, Any] = {}
+
+
+class GetStatus(Request[WorkflowReply]):
+    op: ClassVar[str] = "status"
+    workflow_id: Id = ""
+
+
+class GetResults(Request[WorkflowReply]):
+    """Long-poll: the reply comes when the workflow is final or after ``wait_s`` seconds."""
+
+    op: ClassVar[str] = "results"
+    workflow_id: Id = ""
+    wait_s: Seconds = 0.0
+
+
+class ListImages(Request[ImageList]):
+    op: ClassVar[str] = "list_images"
+
+
+class ListWorkflows(Request[WorkflowList]):
+    op: ClassVar[str] = "list_workflows"
+    limit: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 100
+
+
+class Cancel(Request[Cancelled]):
+    op: ClassVar[str] = "cancel"
+    workflow_id: Id = ""
+
+
+class ChoosePlan(Request[PlanTaken]):
+    """The user's plan for a quantum step of a ``--plan ask`` workflow (a number, or "off")."""
+
+    op: ClassVar[str] = "choose_plan"
+    workflow_id: Id = ""
+    step_id: StepId = 0
+    plan: Annotated[int, msgspec.Meta(ge=0)] | Annotated[str, msgspec.Meta(max_length=32)] = 0
+
+
+class GetFleet(Request[FleetReply]):
+    op: ClassVar[str] = "fleet"
+
+
+class DescribeBackend(Request[BackendReply]):
+    """A fleet device or template by name, for a kernel's backend view (its Target)."""
+
+    op: ClassVar[str] = "describe_backend"
+    name: Annotated[str, msgspec.Meta(max_length=128)] = ""
+
+
+# Requests from classical workers (quantum calls made inside a step) -------------------------
+
+
+class Sample(Request[SampleReply]):
+    """A step's ``sample(...)`` call: circuits (QPY, a data format: nothing in it is code) to run
+    on one QPU.
+
+    ``num_qubits`` and ``fingerprint`` are the orchestrator's: it reads them off the circuits
+    themselves when the request arrives and overwrites whatever a client sent.
+    """
+
+    op: ClassVar[str] = "sample"
+    workflow_id: Id = ""
+    step_id: StepId = 0
+    circuits: bytes = b""
+    shots: Shots = 1
+    kind: Annotated[str, msgspec.Meta(max_length=32)] = "sample"
+    # Parameter sets bound into every circuit on the QPU, as ``numpy.save`` writes a float64
+    # array of shape (rows, parameters) ("" for bound circuits): a PUB's sweep is one QPU job,
+    # its circuits estimated and transpiled once, the rows bound where they run.
+    parameter_values: bytes = b""
+    # QPUs the call may run on (a pinned device, or a template's members; empty: any eligible).
+    qpus: list[Id] = []
+    # A primitive's Session: its jobs stay on the QPU its first job was placed on.
+    session: Id = ""
+    # Mitigation stacks the plan may use ("none", "rem", "zne+rem", ...; empty: any), set by a
+    # primitive's resilience options.
+    stacks: list[Annotated[str, msgspec.Meta(max_length=64)]] = []
+    num_qubits: int = 0
+    # wire.circuits.fingerprint of the circuits ("" unknown): what estimates and
+    # plans are remembered under.
+    fingerprint: str = ""
+    # Rows of parameter values (1 for bound circuits); the orchestrator's, like num_qubits.
+    rows: int = 1
 
 
 # Events (PUB) --------------------------------------------------------------------------------

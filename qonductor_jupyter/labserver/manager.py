@@ -23,7 +23,9 @@ from kernel_server.wire.messages import (
     GetStatus,
     ListWorkflows,
     Message,
-    Ok,
+    R,
+    Request,
+    reply_type,
 )
 
 from ..client import Client, OrchestratorUnavailable, Subscription, pid_alive, read_connection
@@ -74,12 +76,12 @@ class QonductorManager:
         except Exception as exc:
             raise _http_error(exc) from exc
 
-    async def _data(self, message: Message) -> dict[str, Any]:
-        """The ``data`` of the orchestrator's Ok reply to ``message``."""
+    async def _ask(self, message: Request[R]) -> R:
+        """The orchestrator's reply to ``message``, of the type the request promises."""
         reply = await self._request(message)
-        if not isinstance(reply, Ok):
+        if not isinstance(reply, reply_type(message)):
             raise ManagerError(500, f"{message.op}: the orchestrator answered {reply.op!r}")
-        return reply.data
+        return reply  # type: ignore[return-value]  # the isinstance above is R's
 
     def _follow_orchestrator(self) -> bool:
         """Subscribe to the running orchestrator's events, if one runs; never start one.
@@ -112,10 +114,10 @@ class QonductorManager:
 
     # ---------------------------------------------------------------- queries
     async def fleet(self) -> dict[str, Any]:
-        data = await self._data(GetFleet())
+        fleet = await self._ask(GetFleet())
         now = time.time()
         devices = []
-        for d in data["devices"]:
+        for d in fleet.devices:
             calibrated = d.get("calibrated_at")
             devices.append(
                 {
@@ -135,9 +137,9 @@ class QonductorManager:
     async def workflows(self, limit: int = 50) -> dict[str, Any]:
         if not 1 <= limit <= 1000:
             raise ManagerError(400, f"limit must be between 1 and 1000, not {limit}")
-        data = await self._data(ListWorkflows(limit=limit))
+        listed = await self._ask(ListWorkflows(limit=limit))
         rows = []
-        for w in data["workflows"]:
+        for w in listed.workflows:
             finished = w.get("finished_at")
             # JCT as the user lives it: from submission to the final state.
             final = finished and w["state"] in FINAL_WORKFLOW_STATES
@@ -156,8 +158,8 @@ class QonductorManager:
         return data
 
     async def cancel(self, workflow_id: str) -> dict[str, Any]:
-        data = await self._data(Cancel(workflow_id=workflow_id))
-        return {"workflow_id": workflow_id, **data}
+        reply = await self._ask(Cancel(workflow_id=workflow_id))
+        return {"workflow_id": workflow_id, "state": reply.state, "cancelled": reply.cancelled}
 
     async def wait_for_event(self, after: int, timeout: float) -> dict[str, Any]:
         """Return as soon as something newer than event number ``after`` happened, else at

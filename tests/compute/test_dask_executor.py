@@ -105,7 +105,7 @@ def test_cancel_behaves_as_on_the_local_pools(dask_orchestrator):
 def test_the_classical_scheduler_sees_the_dask_workers(dask_orchestrator):
     from kernel_server.wire.messages import GetFleet
 
-    compute = client_module.get_client().request(GetFleet()).data["compute"]
+    compute = client_module.get_client().request(GetFleet()).compute
     workers = set(dask_orchestrator.scheduler_info()["workers"])
     dask_nodes = [n for n in compute["nodes"] if n["name"] in workers]
     assert compute["backend"] == "dask" and len(dask_nodes) == 2

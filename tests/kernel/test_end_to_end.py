@@ -435,7 +435,7 @@ def test_badly_signed_messages_are_dropped_and_counted(orchestrator):
     from kernel_server.wire.messages import GetFleet, Shutdown
     from qonductor_jupyter.client import read_connection
 
-    before = qj.api._request(GetFleet()).data["dropped_messages"]
+    before = qj.api._ask(GetFleet()).dropped_messages
     info = read_connection()
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -444,7 +444,7 @@ def test_badly_signed_messages_are_dropped_and_counted(orchestrator):
     sock.send_multipart([b"just one frame"])
     assert not sock.poll(500)  # no reply, and above all no shutdown
     sock.close()
-    after = qj.api._request(GetFleet()).data["dropped_messages"]
+    after = qj.api._ask(GetFleet()).dropped_messages
     assert after == before + 2
     assert qj.list_workflows() is not None
 

@@ -98,7 +98,7 @@ def test_a_public_endpoint_speaks_curve_to_allowed_keys_only(tmp_path, monkeypat
         carol = ConnectionInfo.read(users.add_user("carol"))
         assert carol.router == owner.public_router and carol.curve_secret_key
         client = client_module.Client(autostart=False, info=carol)
-        assert client.request(ListWorkflows(), timeout=10).data["workflows"] == []
+        assert client.request(ListWorkflows(), timeout=10).workflows == []
         assert client.info.user == "carol"  # over CURVE, not by falling back to the owner's file
         client.close()
         # A key pair that is not on the allow-list, and a client without CURVE, get nothing.
