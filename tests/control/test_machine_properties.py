@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from test_machine import PLANS, graph
 
 from kernel_server.control.events import (
     CancelRequested,
@@ -52,36 +53,9 @@ from kernel_server.tasks.step import StepOutcome
 
 pytestmark = pytest.mark.unit
 
-PLANS = [
-    {"template": "t0", "mitigation": "none", "fidelity": 0.8, "quantum_seconds": 1.0,
-     "classical_seconds": 0.0},
-    {"template": "t1", "mitigation": "zne", "fidelity": 0.95, "quantum_seconds": 9.0,
-     "classical_seconds": 1.0},
-]  # fmt: skip
-
-
-def _graph(kinds: list[str]) -> dict[str, Any]:
-    steps = [
-        {
-            "id": i,
-            "kind": kind,
-            "source": f"x{i} = {i}",
-            "lineno": i + 1,
-            "end_lineno": i + 1,
-            "reads": [f"x{i - 1}"] if i else ["seed"],
-            "writes": [f"x{i}"],
-            "producers": {f"x{i - 1}": i - 1} if i else {"seed": None},
-            "deletes": [],
-        }
-        for i, kind in enumerate(kinds)
-    ]
-    edges = [[i - 1, i] for i in range(1, len(kinds))]
-    outputs = {f"x{i}": i for i in range(len(kinds))}
-    return {"steps": steps, "edges": edges, "inputs": ["seed"], "outputs": outputs, "source": ""}
-
 
 def _adoption(wid: str, kinds: list[str], plan: str) -> WorkflowAdopted:
-    run = WorkflowRun.new(wid, "img", _graph(kinds))
+    run = WorkflowRun.new(wid, "img", graph(*kinds))
     return WorkflowAdopted(run, {"seed": b"s"}, run_options({"plan": plan}))
 
 
