@@ -75,7 +75,7 @@ from kernel_server.backends.noise import (
     noise_cache_info,
 )
 from kernel_server.backends.trajectories import TRAJECTORY_METHODS, run_trajectories
-from kernel_server.core.circuits import check_shots
+from kernel_server.core.circuits import require_shots
 
 __all__ = [
     # noise of the active qubits (kernel_server.backends.noise), re-exported
@@ -237,11 +237,6 @@ def _aer_seed(seed: int | None) -> dict[str, int]:
     return {"seed_simulator": int(np.random.SeedSequence(seed).generate_state(1)[0])}
 
 
-def _check_shots(shots: int) -> None:
-    if check_shots(shots) is None:
-        raise ValueError("shots must be a positive whole number, got None")
-
-
 @dataclass
 class NoisyRun:
     """Counts of one noisy run, how they were simulated and how long it took."""
@@ -274,7 +269,7 @@ def run_noisy_detailed(
     next-cheapest takes over, the miss is recorded in the cost model, and ``fallbacks`` says what
     happened. A method named explicitly runs as told.
     """
-    _check_shots(shots)
+    require_shots(shots)
     start = time.perf_counter()
     compact = compact_circuit(transpiled)
     noise = compact_noise(backend, compact.physical_qubits)
@@ -405,7 +400,7 @@ def run_reference(
 
     The seed is spread before it reaches Aer (see ``_aer_seed``), as in :func:`run_noisy`.
     """
-    _check_shots(shots)
+    require_shots(shots)
     simulator = reference_simulator(backend)
     result = simulator.run(transpiled, shots=shots, **_aer_seed(seed)).result()
     return dict(result.get_counts(0))
@@ -469,7 +464,7 @@ def ideal_probabilities(circuit: QuantumCircuit) -> dict[str, float]:
 
 def ideal_counts(circuit: QuantumCircuit, shots: int, seed: int | None = None) -> dict[str, int]:
     """Noiseless counts (Aer, on the circuit's active qubits); any measurement pattern."""
-    _check_shots(shots)
+    require_shots(shots)
     compact = compact_circuit(circuit).circuit
     result = AerSimulator(method="automatic").run(compact, shots=shots, **_aer_seed(seed)).result()
     return dict(result.get_counts(0))

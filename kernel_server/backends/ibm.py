@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from kernel_server.backends.account import NO_ACCOUNT_MESSAGE, NoIBMAccountError, ibm_account
-from kernel_server.core.circuits import check_shots
+from kernel_server.core.circuits import require_shots
 
 if TYPE_CHECKING:
     from qiskit import QuantumCircuit
@@ -185,7 +185,7 @@ class IBMDevice:
         """Submit circuits already transpiled to the device's ISA: one job, one PUB per circuit."""
         if not circuits:
             raise ValueError("no circuits to submit")
-        check_shots(shots)
+        require_shots(shots)
         pubs = [(circuit,) for circuit in circuits]
         if self.execution_mode == "batch":
             # Batch works in local testing mode too (it runs on QiskitRuntimeLocalService), so

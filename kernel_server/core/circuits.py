@@ -38,6 +38,14 @@ def check_shots(shots: Any, what: str = "shots") -> int | None:
     return value
 
 
+def require_shots(shots: Any, what: str = "shots") -> int:
+    """:func:`check_shots` where there is no default to fall back on: None is refused too."""
+    checked = check_shots(shots, what)
+    if checked is None:
+        raise ValueError(f"{what} must be a positive whole number, got None")
+    return checked
+
+
 # Qiskit's own names for circuits nobody named ("circuit-41-18225"): say the variable instead.
 _AUTO_NAME = re.compile(r"circuit-\d+(-\d+)?$")
 

@@ -28,7 +28,7 @@ import numpy as np
 from qiskit import QuantumCircuit
 from qiskit.providers import BackendV2
 
-from kernel_server.core.circuits import DEFAULT_SHOTS, check_shots
+from kernel_server.core.circuits import DEFAULT_SHOTS, require_shots
 from kernel_server.core.circuits import check_circuit as check_circuit_for_qpu
 from kernel_server.core.mcdm import pareto_ranks
 from kernel_server.estimator.features import CircuitFeatures, circuit_features, runtime_frame
@@ -297,13 +297,6 @@ def _runtime_interval(model: Any, frame: Any, n: int) -> tuple[list[Any], list[A
     return [float(v) for v in low], [float(v) for v in high]
 
 
-def _check_shots(shots: int) -> int:
-    checked = check_shots(shots)
-    if checked is None:
-        raise ValueError("shots must be a positive whole number, got None")
-    return checked
-
-
 def estimate(
     circuit: QuantumCircuit,
     backend: Any,
@@ -321,7 +314,7 @@ def estimate(
     Raises ``CircuitNotEstimable``, ``CircuitTooWideError``, ``UnknownMitigation`` (a
     ``ValueError`` naming the valid techniques) or ``ModelFileError`` with what to do.
     """
-    shots = _check_shots(shots)
+    shots = require_shots(shots)
     check_circuit(circuit)
     name, device = resolve_backend(backend)
     stack = parse_stack(mitigation)
@@ -354,7 +347,7 @@ def resource_plans(
     ``backends``: QPUs or templates to consider (default: the templates of the default fleet);
     those narrower than the circuit are left out, and if none is wide enough the error says so.
     """
-    shots = _check_shots(shots)
+    shots = require_shots(shots)
     check_circuit(circuit)
     if k is not None and k < 1:
         raise ValueError(f"k must be at least 1 (or None for every plan), got {k}")

@@ -19,7 +19,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernel_server.core.circuits import check_shots
+from kernel_server.core.circuits import require_shots
 from kernel_server.core.deployment import PRIORITIES
 
 RESILIENCE_STACKS = {0: (), 1: ("rem",), 2: ("zne", "rem")}
@@ -149,10 +149,7 @@ class SamplerOptions(_PrimitiveOptions):
     default_shots: int = 4096
 
     def _check_default_shots(self, value: Any) -> int:
-        checked = check_shots(value, "default_shots")
-        if checked is None:
-            raise ValueError("default_shots must be a positive whole number, got None")
-        return checked
+        return require_shots(value, "default_shots")
 
 
 @dataclass
