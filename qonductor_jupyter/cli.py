@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
+
+import msgspec
 
 
 def server_command(
@@ -174,8 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     from . import api
 
     data = api.fleet() if args.command == "fleet" else api.list_workflows()
-    json.dump(data, sys.stdout, indent=1, default=str)
-    print()
+    print(msgspec.json.format(msgspec.json.encode(data), indent=1).decode())
     return 0
 
 

@@ -16,6 +16,9 @@ from typing import Any, NoReturn
 from IPython.core.error import UsageError
 from IPython.utils.process import arg_split
 
+from kernel_server.core.status import ImageSummary, WorkflowSummary
+from kernel_server.wire.messages import Cancelled
+
 from . import api
 from .report import WorkflowReport
 
@@ -163,7 +166,7 @@ def watch(args: argparse.Namespace, shell: Any) -> Any:
 
 
 @command("jobs", "recent workflows", aliases=("workflows",))
-def jobs(args: argparse.Namespace, shell: Any) -> list[dict[str, Any]]:
+def jobs(args: argparse.Namespace, shell: Any) -> list[WorkflowSummary]:
     return api.list_workflows()
 
 
@@ -176,7 +179,7 @@ def plans(args: argparse.Namespace, shell: Any) -> Any:
 def result(args: argparse.Namespace, shell: Any) -> dict[str, Any]:
     """Of a failed or cancelled workflow, the values assigned before it stopped (with the error
     above them)."""
-    from kernel_server.core.jobs import WorkflowState
+    from kernel_server.core.status import WorkflowState
 
     workflow_id = args.workflow_id
     info = api.workflow_info(workflow_id)
@@ -194,7 +197,7 @@ def result(args: argparse.Namespace, shell: Any) -> dict[str, Any]:
 
 
 @command("cancel", "cancel a workflow and every child job", WORKFLOW_ID)
-def cancel(args: argparse.Namespace, shell: Any) -> dict[str, Any]:
+def cancel(args: argparse.Namespace, shell: Any) -> Cancelled:
     return api.cancel(args.workflow_id)
 
 
@@ -211,7 +214,7 @@ def choose(args: argparse.Namespace, shell: Any) -> None:
 
 
 @command("images", "registered workflow images")
-def images(args: argparse.Namespace, shell: Any) -> list[dict[str, Any]]:
+def images(args: argparse.Namespace, shell: Any) -> list[ImageSummary]:
     return api.list_images()
 
 

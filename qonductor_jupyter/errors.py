@@ -3,9 +3,13 @@ through our internals (IPython calls ``_render_traceback_`` when an exception de
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from kernel_server.core.status import JobState
 from kernel_server.wire.errors import RemoteError
+
+if TYPE_CHECKING:
+    from kernel_server.wire.messages import WorkflowReply
 
 
 class QonductorError(Exception):
@@ -35,19 +39,20 @@ class WorkflowFailed(QonductorError):
 
     title = "Qonductor workflow"
 
-    def __init__(self, reply: Any, applied: Any = None):
+    def __init__(self, reply: WorkflowReply, applied: Any = None):
         self.reply = reply
         self.workflow_id = reply.workflow_id
         self.applied = applied
-        failed = [s for s in reply.steps if s["state"] == "failed"]
+        failed = [s for s in reply.steps if s.state is JobState.FAILED]
         # The earliest failing step in the cell is the error Python would have raised.
-        self.step = min(failed, key=lambda s: s["step_id"]) if failed else None
+        self.step = min(failed, key=lambda s: s.step_id or 0) if failed else None
         where = ""
         if self.step is not None:
-            lines = f"line {self.step['lineno']}"
-            if self.step["end_lineno"] != self.step["lineno"]:
-                lines = f"lines {self.step['lineno']}-{self.step['end_lineno']}"
-            where = f" in step {self.step['step_id']} ({self.step['kind']}, {lines})"
+            step = self.step
+            lines = f"line {step.lineno}"
+            if step.end_lineno != step.lineno:
+                lines = f"lines {step.lineno}-{step.end_lineno}"
+            where = f" in step {step.step_id} ({step.kind}, {lines})"
         self.user_traceback = reply.error or "unknown error"
         self.error_type = _last_error_type(self.user_traceback)
         super().__init__(f"workflow {reply.workflow_id} failed{where}:\n{self.user_traceback}")

@@ -27,7 +27,8 @@ from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
-from kernel_server.core.jobs import FINAL_STATES, FINAL_WORKFLOW_STATES
+from kernel_server.core.status import FINAL_STATES, JobState
+from kernel_server.wire.messages import Cancelled
 
 from . import workflows
 
@@ -269,7 +270,7 @@ class WorkflowHandle(futures.Future[Any]):
         """pending, running, done, failed or cancelled (asks the orchestrator if still open)."""
         reply = self._final_reply()
         if reply is not None:
-            return str(reply.state)
+            return reply.state.value
 
         return workflows.workflow_status(self.workflow_id)
 
@@ -309,9 +310,9 @@ class WorkflowHandle(futures.Future[Any]):
     def get(self, timeout: float | None = None) -> dict[str, Any]:  # ipyparallel's name
         return self.result(timeout)
 
-    # The Future's cancel(), asked to cancel the run: a dict as %qonductor cancel shows it,
-    # which is truthy where a bool is expected (asyncio cancels a wrapped handle with it).
-    def cancel(self) -> dict[str, Any]:  # type: ignore[override]
+    # The Future's cancel(), asked to cancel the run: the reply %qonductor cancel shows, which
+    # is truthy where a bool is expected (asyncio cancels a wrapped handle with it).
+    def cancel(self) -> Cancelled:  # type: ignore[override]
         """Cancel the workflow and every child job (queued QPU jobs included)."""
 
         return workflows.cancel(self.workflow_id)
@@ -338,15 +339,15 @@ class WorkflowHandle(futures.Future[Any]):
         start = time.monotonic()
         while True:
             info = workflows.workflow_info(self.workflow_id)
-            steps = info.steps or []
-            done = sum(s["state"] == "done" for s in steps)
+            steps = info.steps
+            done = sum(s.state is JobState.DONE for s in steps)
             elapsed = time.monotonic() - start
             stream.write(
-                f"\r{self.workflow_id}: {info.state:<9} {done}/{len(steps)} steps "
+                f"\r{self.workflow_id}: {info.state.value:<9} {done}/{len(steps)} steps "
                 f"done, {elapsed:5.1f} s"
             )
             stream.flush()
-            if info.state in FINAL_WORKFLOW_STATES:
+            if info.state.final:
                 stream.write("\n")
                 self.wait(5.0)
                 return
@@ -357,4 +358,4 @@ class WorkflowHandle(futures.Future[Any]):
 
     def __repr__(self) -> str:
         reply = self._final_reply()
-        return f"<WorkflowHandle {self.workflow_id}: {reply.state if reply else 'submitted'}>"
+        return f"<WorkflowHandle {self.workflow_id}: {reply.state.value if reply else 'submitted'}>"

@@ -14,6 +14,8 @@ from typing import Any
 
 import cloudpickle
 
+from kernel_server.core.status import DeviceStatus
+
 from .errors import InputError, QonductorError
 from .splitter import WorkflowGraph
 
@@ -62,9 +64,7 @@ def pickle_inputs(inputs: dict[str, Any]) -> dict[str, bytes]:
     return blobs
 
 
-def check_circuit_widths(
-    values: dict[str, Any], devices: Callable[[], list[dict[str, Any]]]
-) -> None:
+def check_circuit_widths(values: dict[str, Any], devices: Callable[[], list[DeviceStatus]]) -> None:
     """Refuse input circuits wider than every QPU before anything is queued."""
     widths = {
         n: v.num_qubits
@@ -73,7 +73,7 @@ def check_circuit_widths(
     }
     if not widths:
         return
-    largest = max((d["num_qubits"] for d in devices()), default=0)
+    largest = max((d.num_qubits for d in devices()), default=0)
     too_wide = {n: w for n, w in widths.items() if w > largest}
     if too_wide:
         listing = ", ".join(f"{n} has {w} qubits" for n, w in too_wide.items())

@@ -105,7 +105,7 @@ def run_load(
         stop_sampling.set()
     if not isinstance(listing, WorkflowList):
         raise RuntimeError(f"list_workflows answered {listing.op!r}")
-    listed = [w["id"] for w in listing.workflows]
+    listed = [w.id for w in listing.workflows]
     ids = set(load.ids)
     mine = [w for w in listed if w in ids]
     return LoadReport(

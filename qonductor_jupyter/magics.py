@@ -17,6 +17,7 @@ from IPython.display import display
 
 from kernel_server.core.circuits import check_shots
 from kernel_server.core.deployment import PRIORITIES
+from kernel_server.core.status import WorkflowState
 
 from . import api, commands
 from .commands import widgets_available
@@ -184,7 +185,7 @@ class QonductorMagics(Magics):
         """Under a cell that was waited for: its report; then its error, or its value."""
         reply, applied = run.reply, run.applied
         assert reply is not None and applied is not None
-        if reply.state != "done":
+        if reply.state is not WorkflowState.DONE:
             # The steps that ran are worth seeing beside the error (what ran where, plans).
             display(WorkflowReport.from_reply(reply, applied.names))
             api.raise_final(reply, applied)

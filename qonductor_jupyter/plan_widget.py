@@ -21,13 +21,14 @@ import ipywidgets as w
 import numpy as np
 
 from kernel_server.core.deployment import PRIORITIES
-from kernel_server.core.jobs import FINAL_WORKFLOW_STATES
+from kernel_server.core.status import Plan, WorkflowState
+from kernel_server.wire.messages import WorkflowReply
 
 from .report import plan_seconds
 from .widgets import FollowsWorkflow
 
 
-def ranked(plans: list[dict[str, Any]], preference: str) -> tuple[list[int], int]:
+def ranked(plans: list[Plan], preference: str) -> tuple[list[int], int]:
     """Plan indices in the order the preference ranks them, and the recommended one (the same
     pseudo-weights choice ``--plan auto`` makes)."""
     from kernel_server.core.mcdm import preference_weights, pseudo_weights
@@ -37,16 +38,14 @@ def ranked(plans: list[dict[str, Any]], preference: str) -> tuple[list[int], int
     objectives = plan_objectives(plans)
     distance = np.abs(pseudo_weights(objectives) - np.asarray(preference_weights(preference)))
     # Pareto rank first (a dominated plan never outranks a front plan), then closeness.
-    order = sorted(
-        range(len(plans)), key=lambda i: (int(plans[i]["rank"]), float(distance[i].sum()), i)
-    )
+    order = sorted(range(len(plans)), key=lambda i: (plans[i].rank, float(distance[i].sum()), i))
     if recommended is not None:
         order.remove(recommended)
         order.insert(0, recommended)
     return order, recommended if recommended is not None else order[0]
 
 
-def scatter_svg(plans: list[dict[str, Any]], highlight: int | None, size: int = 260) -> str:
+def scatter_svg(plans: list[Plan], highlight: int | None, size: int = 260) -> str:
     """Fidelity (up) against run time (right, log scale) as inline SVG; front plans filled."""
     pad = 30
     from kernel_server.core.plans import plan_objectives
@@ -81,12 +80,12 @@ def scatter_svg(plans: list[dict[str, Any]], highlight: int | None, size: int = 
         parts.append(f"<polyline points='{path}' fill='none' stroke='#1f77b4'/>")
     for i, (x, y, p) in enumerate(zip(xs, ys, plans, strict=True)):
         cx, cy = px(x, y)
-        fill = "#1f77b4" if int(p["rank"]) == 0 else "none"
+        fill = "#1f77b4" if p.rank == 0 else "none"
         stroke = "#d62728" if i == highlight else "#1f77b4"
         radius = 6 if i == highlight else 4
         parts.append(
             f"<circle cx='{cx:.1f}' cy='{cy:.1f}' r='{radius}' fill='{fill}' stroke='{stroke}'>"
-            f"<title>plan {i}: {html.escape(p['backend'])} {html.escape(p['mitigation'])}"
+            f"<title>plan {i}: {html.escape(p.backend)} {html.escape(p.mitigation)}"
             "</title></circle>"
         )
     parts.append("</svg>")
@@ -99,7 +98,7 @@ class StepPlans(w.VBox):
     def __init__(
         self,
         step_id: int,
-        plans: list[dict[str, Any]],
+        plans: list[Plan],
         on_choose: Callable[[int, int], None],
         preference: str = "balanced",
     ) -> None:
@@ -134,13 +133,13 @@ class StepPlans(w.VBox):
             mark = " (recommended)" if i == self.recommended else ""
             values = [
                 f"{i}{mark}",
-                p["backend"],
-                p["mitigation"],
-                "-" if p["accelerator"] == "none" else p["accelerator"],
-                f"{float(p['fidelity']):.3f}",
+                p.backend,
+                p.mitigation,
+                "-" if p.accelerator == "none" else p.accelerator,
+                f"{p.fidelity:.3f}",
                 plan_seconds(p),
-                f"{float(p['classical_seconds']):.2f} s",
-                f"${float(p['cost']):.2f}",
+                f"{p.classical_seconds:.2f} s",
+                f"${p.cost:.2f}",
             ]
             cells += [w.HTML(html.escape(v)) for v in values]
             button = self.buttons.get(i)
@@ -166,7 +165,7 @@ class PlanSelectionWidget(FollowsWorkflow, w.VBox):
         self,
         workflow_id: str,
         preference: str = "balanced",
-        fetch: Callable[[str], Any] | None = None,
+        fetch: Callable[[str], WorkflowReply] | None = None,
         choose: Callable[[str, int, int], Any] | None = None,
         live: bool = True,
     ) -> None:
@@ -179,12 +178,12 @@ class PlanSelectionWidget(FollowsWorkflow, w.VBox):
         self._lock = threading.Lock()
         self.steps: dict[int, StepPlans] = {}
         self.chosen: dict[int, int] = {}
-        self.state = "submitted"
+        self.state = WorkflowState.SUBMITTED
         self.status = w.HTML()
         self.box = w.VBox()
         super().__init__([self.status, self.box])
         self.refresh()
-        if live and self.state not in FINAL_WORKFLOW_STATES:
+        if live and not self.state.final:
             self._follow(workflow_id, self.status)
 
     def refresh(self) -> None:
@@ -195,12 +194,13 @@ class PlanSelectionWidget(FollowsWorkflow, w.VBox):
                 self.status.value = html.escape(f"cannot reach the orchestrator: {exc}")
                 return
             self.state = info.state
-            for step in info.steps or []:
-                sid = int(step["step_id"])
-                for job in step.get("qpu_jobs") or []:
-                    plans = job.get("plans") or []
-                    waiting = plans and plans[0].get("awaiting_choice")
-                    if waiting and sid not in self.steps and sid not in self.chosen:
+            for step in info.steps:
+                sid = int(step.step_id or 0)
+                for job in step.qpu_jobs:
+                    plans = job.plans
+                    if not (job.awaiting_choice and isinstance(plans, list) and plans):
+                        continue
+                    if sid not in self.steps and sid not in self.chosen:
                         self.steps[sid] = StepPlans(
                             sid, plans, self._on_choose, self.default_preference
                         )
@@ -210,14 +210,14 @@ class PlanSelectionWidget(FollowsWorkflow, w.VBox):
                 f"waiting for a plan for step {', '.join(map(str, waiting))}"
                 if waiting
                 else "estimating plans..."
-                if self.state not in FINAL_WORKFLOW_STATES and not self.chosen
+                if not self.state.final and not self.chosen
                 else ""
             )
             self.status.value = (
                 f"<b>Qonductor workflow</b> <code>{html.escape(self.workflow_id)}</code>: "
-                f"{html.escape(self.state)} {html.escape(note)}"
+                f"{html.escape(self.state.value)} {html.escape(note)}"
             )
-        if self.state in FINAL_WORKFLOW_STATES:
+        if self.state.final:
             self._unfollow()
 
     def _on_choose(self, step_id: int, plan: int) -> None:

@@ -12,6 +12,8 @@ import numbers
 from collections.abc import Callable
 from typing import Any
 
+from kernel_server.core.status import DeviceStatus
+
 from .errors import InputError
 
 _WIDTH_CONSTRUCTORS = frozenset({"QuantumCircuit", "QuantumRegister"})
@@ -64,13 +66,13 @@ def static_widths(source: str, values: dict[str, Any]) -> list[tuple[int, str]]:
 
 
 def check_static_widths(
-    source: str, values: dict[str, Any], fleet: Callable[[], list[dict[str, Any]]]
+    source: str, values: dict[str, Any], fleet: Callable[[], list[DeviceStatus]]
 ) -> None:
     """InputError for a width no QPU of the fleet has, before anything is queued."""
     widths = static_widths(source, values)
     if not widths:
         return
-    largest = max((d["num_qubits"] for d in fleet()), default=0)
+    largest = max((d.num_qubits for d in fleet()), default=0)
     too_wide = [(w, line) for w, line in widths if w > largest]
     if too_wide:
         width, line = max(too_wide)

@@ -4,43 +4,42 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from typing import Any
 
-from kernel_server.core.jobs import FINAL_STATES
+from kernel_server.core.status import JobState, Plan, PlanError, StepStatus, WorkflowState
+from kernel_server.wire.messages import WorkflowReply
 
 
 def _fmt_s(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
 
-def plan_seconds(plan: dict[str, Any]) -> str:
+def plan_seconds(plan: Plan) -> str:
     """A plan's estimated QPU time, with the runtime model's 80% interval where it has one:
     "2.51 s [1.90 s, 4.04 s]"."""
-    text = _fmt_s(plan["quantum_seconds"])
-    low, high = plan.get("quantum_seconds_low"), plan.get("quantum_seconds_high")
+    text = _fmt_s(plan.quantum_seconds)
+    low, high = plan.quantum_seconds_low, plan.quantum_seconds_high
     if low is None or high is None:
         return text
     return f"{text} [{_fmt_s(low)}, {_fmt_s(high)}]"
 
 
-def _step_row(step: dict[str, Any]) -> dict[str, str]:
-    jobs = step.get("qpu_jobs") or []
-    lines = f"{step['lineno']}-{step['end_lineno']}"
+def _step_row(step: StepStatus) -> dict[str, str]:
+    jobs = step.qpu_jobs
     row = {
-        "step": str(step["step_id"]),
-        "kind": step["kind"],
-        "lines": lines,
-        "state": step["state"],
+        "step": str(step.step_id),
+        "kind": step.kind,
+        "lines": f"{step.lineno}-{step.end_lineno}",
+        "state": step.state.value,
         "qpu": "-",
         "fidelity": "-",
-        "queued": _fmt_s(step.get("queue_s")),
-        "ran": _fmt_s(step.get("run_s")),
+        "queued": _fmt_s(step.queue_s),
+        "ran": _fmt_s(step.run_s),
     }
     if jobs:
-        qpus = sorted({j["qpu"] for j in jobs if j["qpu"]})
-        fids = [j["est_fidelity"] for j in jobs if j["est_fidelity"] is not None]
-        queued = [j["queue_s"] for j in jobs if j["queue_s"] is not None]
-        ran = [j["run_s"] for j in jobs if j["run_s"] is not None]
+        qpus = sorted({j.qpu for j in jobs if j.qpu})
+        fids = [j.est_fidelity for j in jobs if j.est_fidelity is not None]
+        queued = [j.queue_s for j in jobs if j.queue_s is not None]
+        ran = [j.run_s for j in jobs if j.run_s is not None]
         row["qpu"] = ", ".join(qpus) + (f" ({len(jobs)} jobs)" if len(jobs) > 1 else "")
         row["fidelity"] = f"{sum(fids) / len(fids):.3f}" if fids else "-"
         row["queued"] = _fmt_s(sum(queued)) if queued else "-"
@@ -73,33 +72,36 @@ PLAN_COLUMNS = (
 )
 
 
-def _plan_row(plan: dict[str, Any]) -> dict[str, str]:
+def _plan_row(number: int, plan: Plan) -> dict[str, str]:
     return {
-        "number": ("* " if plan.get("chosen") else "") + str(plan.get("number", "")),
-        "rank": str(plan["rank"]),
-        "backend": plan["backend"],
-        "mitigation": plan["mitigation"],
-        "accelerator": "-" if plan["accelerator"] == "none" else plan["accelerator"],
-        "fidelity": f"{plan['fidelity']:.3f}",
+        "number": ("* " if plan.chosen else "") + str(number),
+        "rank": str(plan.rank),
+        "backend": plan.backend,
+        "mitigation": plan.mitigation,
+        "accelerator": "-" if plan.accelerator == "none" else plan.accelerator,
+        "fidelity": f"{plan.fidelity:.3f}",
         "quantum": plan_seconds(plan),
-        "classical": _fmt_s(plan["classical_seconds"]),
-        "cost": f"${plan['cost']:.2f}",
+        "classical": _fmt_s(plan.classical_seconds),
+        "cost": f"${plan.cost:.2f}",
     }
 
 
 SHOWN_PLANS = 3  # plans listed under a cell (and the chosen one, wherever it ranks)
 
+# A plan with its number in the step's best-first list (what --plan N and the buttons pick).
+NumberedPlan = tuple[int, Plan]
 
-def step_plans(step: dict[str, Any], limit: int | None = SHOWN_PLANS) -> list[dict[str, Any]]:
+
+def step_plans(step: StepStatus, limit: int | None = SHOWN_PLANS) -> list[NumberedPlan] | PlanError:
     """The resource plans recorded for a step (on its first QPU job), best-first, or []: the
-    first ``limit`` of them plus the chosen plan where it is further down."""
-    for job in step.get("qpu_jobs") or []:
-        if job.get("plans"):
-            plans = [dict(p, number=i) for i, p in enumerate(job["plans"])]
-            if limit is None or "error" in plans[0]:
-                return plans
-            return plans[:limit] + [p for p in plans[limit:] if p.get("chosen")]
-    return []
+    first ``limit`` of them plus the chosen plan where it is further down; or why it has none."""
+    plans = step.plans_of_step
+    if plans is None or isinstance(plans, PlanError):
+        return plans or []
+    numbered = list(enumerate(plans))
+    if limit is None:
+        return numbered
+    return numbered[:limit] + [(i, p) for i, p in numbered[limit:] if p.chosen]
 
 
 def _text_table(columns: tuple[tuple[str, str], ...], rows: list[dict[str, str]]) -> list[str]:
@@ -126,22 +128,22 @@ PLANS_NOTE = (
 @dataclass
 class WorkflowReport:
     workflow_id: str
-    state: str
-    steps: list[dict[str, Any]]
+    state: WorkflowState
+    steps: list[StepStatus]
     outputs: list[str]
     placement: str = ""
     notes: list[str] = field(default_factory=list)  # how names came back (changed in place...)
 
     @classmethod
     def from_reply(
-        cls, reply: Any, outputs: list[str], notes: list[str] | None = None
+        cls, reply: WorkflowReply, outputs: list[str], notes: list[str] | None = None
     ) -> WorkflowReport:
         return cls(
             reply.workflow_id,
             reply.state,
             reply.steps,
             outputs,
-            reply.info.get("options", {}).get("placement", ""),
+            reply.info.options.placement or "",
             list(notes or []),
         )
 
@@ -155,9 +157,9 @@ class WorkflowReport:
             plans = step_plans(step)
             if not plans:
                 continue
-            title = f"step {step['step_id']} (lines {step['lineno']}-{step['end_lineno']})"
-            if "error" in plans[0]:
-                sections.append((title, f"no plans: {plans[0]['error']}", []))
+            title = f"step {step.step_id} (lines {step.lineno}-{step.end_lineno})"
+            if isinstance(plans, PlanError):
+                sections.append((title, f"no plans: {plans.error}", []))
             else:
                 sections.append((title, plans, plan_summary(self.workflow_id, step, plans)))
         return sections
@@ -170,17 +172,17 @@ class WorkflowReport:
         """Quantum steps whose plans are not made yet, and why."""
         lines = []
         for step in self.steps:
-            if step["kind"] == "classical" or step_plans(step) or step["state"] in FINAL_STATES:
+            if step.kind == "classical" or step_plans(step) or step.state.final:
                 continue
-            where = f"step {step['step_id']} (lines {step['lineno']}-{step['end_lineno']})"
-            if step["state"] in ("pending", "queued"):
+            where = f"step {step.step_id} (lines {step.lineno}-{step.end_lineno})"
+            if step.state in (JobState.PENDING, JobState.QUEUED):
                 lines.append(f"{where}: its plans are made when the steps it needs have run")
             else:
                 lines.append(f"{where}: estimating its plans (they appear in a moment)")
         return lines
 
     def __repr__(self) -> str:
-        lines = [f"Qonductor workflow {self.workflow_id}: {self.state}"]
+        lines = [f"Qonductor workflow {self.workflow_id}: {self.state.value}"]
         lines += _text_table(COLUMNS, self.rows())
         lines += _plan_lines(self.plan_sections())
         names = ", ".join(self.outputs) if self.outputs else "(none)"
@@ -192,7 +194,7 @@ class WorkflowReport:
         names = html.escape(", ".join(self.outputs) if self.outputs else "(none)")
         parts = [
             f"<div class='qonductor-report'><b>Qonductor workflow</b> "
-            f"<code>{html.escape(self.workflow_id)}</code>: {html.escape(self.state)}",
+            f"<code>{html.escape(self.workflow_id)}</code>: {html.escape(self.state.value)}",
             _html_table(COLUMNS, self.rows()),
         ]
         parts += _plan_html(self.plan_sections())
@@ -202,28 +204,29 @@ class WorkflowReport:
         return "".join(parts)
 
 
-Sections = list[tuple[str, list[dict[str, Any]] | str, list[str]]]
+Sections = list[tuple[str, list[NumberedPlan] | str, list[str]]]
 
 
-def plan_summary(workflow_id: str, step: dict[str, Any], plans: list[dict[str, Any]]) -> list[str]:
+def plan_summary(workflow_id: str, step: StepStatus, plans: list[NumberedPlan]) -> list[str]:
     """What the step's plan choice meant: which plan, and what it cost over all the step's QPU
     jobs (a hybrid loop pays the plan's time on every call) against running unmitigated."""
-    if any(p.get("awaiting_choice") for p in plans):
+    if any(j.awaiting_choice for j in step.qpu_jobs):
         return [
-            f"waiting for your choice: %qonductor choose {workflow_id} {step['step_id']} PLAN "
+            f"waiting for your choice: %qonductor choose {workflow_id} {step.step_id} PLAN "
             "(or the buttons of the plan widget)"
         ]
-    chosen = next((p for p in plans if p.get("chosen")), None)
-    calls = len(step.get("qpu_jobs") or [])
-    if chosen is None:
+    marked = [(i, p) for i, p in plans if p.chosen]
+    calls = len(step.qpu_jobs)
+    if not marked:
         return [f"none marked: its {calls} QPU job(s) ran unmitigated on the QPU above"]
-    unmitigated = [p["quantum_seconds"] for p in plans if p.get("mitigation") == "none"]
+    number, chosen = marked[0]
+    unmitigated = [p.quantum_seconds for _, p in plans if p.mitigation == "none"]
     line = (
-        f"ran with plan {chosen['number']} ({chosen['mitigation']} on {chosen['backend']}): "
-        f"{calls} QPU job(s) x {chosen['quantum_seconds']:.2f} s estimated QPU time = "
-        f"{calls * chosen['quantum_seconds']:.2f} s, ${calls * chosen['cost']:.2f}"
+        f"ran with plan {number} ({chosen.mitigation} on {chosen.backend}): "
+        f"{calls} QPU job(s) x {chosen.quantum_seconds:.2f} s estimated QPU time = "
+        f"{calls * chosen.quantum_seconds:.2f} s, ${calls * chosen.cost:.2f}"
     )
-    if unmitigated and chosen.get("mitigation") != "none":
+    if unmitigated and chosen.mitigation != "none":
         line += f" (unmitigated: {calls * min(unmitigated):.2f} s)"
     return [line]
 
@@ -235,7 +238,7 @@ def _plan_lines(sections: Sections) -> list[str]:
         if isinstance(plans, str):
             lines.append(f"    {plans}")
         else:
-            rows = [_plan_row(p) for p in plans]
+            rows = [_plan_row(i, p) for i, p in plans]
             lines += ["    " + line for line in _text_table(PLAN_COLUMNS, rows)]
         lines += ["    " + line for line in under]
     return lines
@@ -248,7 +251,7 @@ def _plan_html(sections: Sections) -> list[str]:
             parts.append(f"<div>{html.escape(title)}: {html.escape(plans)}</div>")
         else:
             parts.append(f"<div>{html.escape(title)}</div>")
-            parts.append(_html_table(PLAN_COLUMNS, [_plan_row(p) for p in plans]))
+            parts.append(_html_table(PLAN_COLUMNS, [_plan_row(i, p) for i, p in plans]))
         parts += [f"<div>{html.escape(line)}</div>" for line in under]
     return parts
 

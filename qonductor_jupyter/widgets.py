@@ -11,59 +11,88 @@ import html
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import ipywidgets as w
 
-from kernel_server.core.jobs import FINAL_STATES, FINAL_WORKFLOW_STATES, JobState
+from kernel_server.core.status import DeviceStatus, JobState, StepStatus, WorkflowState
+from kernel_server.wire.messages import Cancelled, WorkflowReply
 
-STEP_STATES = tuple(state.value for state in JobState)  # in the order a step goes through them
+_ORDER = {state: i for i, state in enumerate(JobState)}  # the order a step goes through them
 _PROGRESS = {  # how far along a step is, by state (a step has no finer progress to report)
-    "pending": 0.0,
-    "estimating": 0.15,
-    "queued": 0.3,
-    "running": 0.6,
-    "post-processing": 0.85,
-    "done": 1.0,
-    "failed": 1.0,
-    "cancelled": 1.0,
+    JobState.PENDING: 0.0,
+    JobState.ESTIMATING: 0.15,
+    JobState.QUEUED: 0.3,
+    JobState.RUNNING: 0.6,
+    JobState.POST_PROCESSING: 0.85,
+    JobState.DONE: 1.0,
+    JobState.FAILED: 1.0,
+    JobState.CANCELLED: 1.0,
 }
-_BAR_STYLE = {"done": "success", "failed": "danger", "cancelled": "warning"}
+_BAR_STYLE = {JobState.DONE: "success", JobState.FAILED: "danger", JobState.CANCELLED: "warning"}
 
 
 def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
 
-def step_view(step: dict[str, Any], now: float, first_seen: dict[int, float]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StepRow:
+    """What one row of the job-status widget shows."""
+
+    step: int
+    kind: str
+    lines: str
+    state: JobState
+    qpu: str
+    position: str  # in its QPU's queue
+    start: str  # expected seconds until it starts
+    elapsed: str
+    progress: float
+
+    def cells(self) -> tuple[str, ...]:
+        """The texts of the row's columns, in HEADERS order (the progress bar comes after)."""
+        return (
+            str(self.step),
+            self.kind,
+            self.lines,
+            self.state.value,
+            self.qpu,
+            self.position,
+            self.start,
+            self.elapsed,
+        )
+
+
+def step_view(step: StepStatus, now: float, first_seen: dict[int, float]) -> StepRow:
     """What one row shows: state, QPU, queue position and estimated start, elapsed, progress."""
-    jobs = step.get("qpu_jobs") or []
-    state = step["state"]
+    jobs = step.qpu_jobs
+    state = step.state
     # A quantum step's own state is coarse; its QPU jobs say where it really is.
-    open_jobs = [j for j in jobs if j["state"] not in FINAL_STATES]
-    if state == "running" and open_jobs:
-        order = {s: i for i, s in enumerate(STEP_STATES)}
-        state = min((j["state"] for j in open_jobs), key=lambda s: order.get(s, 0))
-    qpus = sorted({j["qpu"] for j in jobs if j.get("qpu")})
-    queued = [j for j in jobs if j.get("queue_position") is not None]
-    sid = int(step["step_id"])
-    if state not in ("pending",) and sid not in first_seen:
+    open_jobs = [j for j in jobs if not j.state.final]
+    if state is JobState.RUNNING and open_jobs:
+        state = min((j.state for j in open_jobs), key=_ORDER.__getitem__)
+    qpus = sorted({j.qpu for j in jobs if j.qpu})
+    queued = [j for j in jobs if j.queue_position is not None]
+    sid = int(step.step_id or 0)
+    if state is not JobState.PENDING and sid not in first_seen:
         first_seen[sid] = now
-    elapsed = (now - first_seen[sid]) if sid in first_seen and state not in FINAL_STATES else None
-    if state in FINAL_STATES:
-        total = (step.get("queue_s") or 0.0) + (step.get("run_s") or 0.0)
+    elapsed = (now - first_seen[sid]) if sid in first_seen and not state.final else None
+    if state.final:
+        total = (step.queue_s or 0.0) + (step.run_s or 0.0)
         elapsed = total if total else None
-    return {
-        "step": sid,
-        "kind": step["kind"],
-        "lines": f"{step['lineno']}-{step['end_lineno']}",
-        "state": state,
-        "qpu": ", ".join(qpus) or "-",
-        "position": str(queued[0]["queue_position"]) if queued else "-",
-        "start": _s(queued[0]["est_start_s"]) if queued else "-",
-        "elapsed": _s(elapsed),
-        "progress": _PROGRESS.get(state, 0.0),
-    }
+    return StepRow(
+        step=sid,
+        kind=step.kind,
+        lines=f"{step.lineno}-{step.end_lineno}",
+        state=state,
+        qpu=", ".join(qpus) or "-",
+        position=str(queued[0].queue_position) if queued else "-",
+        start=_s(queued[0].est_start_s) if queued else "-",
+        elapsed=_s(elapsed),
+        progress=_PROGRESS[state],
+    )
 
 
 class FollowsWorkflow:
@@ -96,8 +125,8 @@ class JobStatusWidget(FollowsWorkflow, w.VBox):
     def __init__(
         self,
         workflow_id: str,
-        fetch: Callable[[str], Any] | None = None,
-        cancel: Callable[[str], Any] | None = None,
+        fetch: Callable[[str], WorkflowReply] | None = None,
+        cancel: Callable[[str], Cancelled] | None = None,
         live: bool = True,
     ) -> None:
         from . import api
@@ -107,7 +136,8 @@ class JobStatusWidget(FollowsWorkflow, w.VBox):
         self._cancel = cancel or api.cancel
         self._first_seen: dict[int, float] = {}
         self._lock = threading.Lock()
-        self.state = "submitted"
+        self.state = WorkflowState.SUBMITTED
+        self.rows: list[StepRow] = []
         self.title = w.HTML()
         self.grid = w.GridBox(layout=w.Layout(grid_template_columns="repeat(8, auto) 160px"))
         self.cancel_button = w.Button(description="Cancel", button_style="warning", icon="stop")
@@ -115,7 +145,7 @@ class JobStatusWidget(FollowsWorkflow, w.VBox):
         self.message = w.HTML()
         super().__init__([self.title, self.grid, w.HBox([self.cancel_button, self.message])])
         self.refresh()
-        if live and self.state not in FINAL_WORKFLOW_STATES:
+        if live and not self.state.final:
             self._follow(workflow_id, self.message)
 
     def refresh(self) -> None:
@@ -129,34 +159,33 @@ class JobStatusWidget(FollowsWorkflow, w.VBox):
                 self.message.value = html.escape(f"cannot reach the orchestrator: {exc}")
                 return
             self._draw(info)
-        if self.state in FINAL_WORKFLOW_STATES:
+        if self.state.final:
             self._unfollow()
 
-    def _draw(self, info: Any) -> None:
+    def _draw(self, info: WorkflowReply) -> None:
         now = time.monotonic()
-        rows = [step_view(s, now, self._first_seen) for s in info.steps or []]
+        rows = [step_view(s, now, self._first_seen) for s in info.steps]
         self.title.value = (
             f"<b>Qonductor workflow</b> <code>{html.escape(self.workflow_id)}</code>: "
-            f"{html.escape(info.state)}"
+            f"{html.escape(info.state.value)}"
         )
         cells: list[w.Widget] = [w.HTML(f"<b>{h}</b>") for h in self.HEADERS]
         for r in rows:
-            for key in ("step", "kind", "lines", "state", "qpu", "position", "start", "elapsed"):
-                cells.append(w.HTML(html.escape(str(r[key]))))
+            cells += [w.HTML(html.escape(text)) for text in r.cells()]
             cells.append(
                 w.FloatProgress(
-                    value=r["progress"],
+                    value=r.progress,
                     min=0.0,
                     max=1.0,
-                    bar_style=_BAR_STYLE.get(r["state"], "info"),
+                    bar_style=_BAR_STYLE.get(r.state, "info"),
                     layout=w.Layout(width="150px"),
                 )
             )
         self.grid.children = cells
-        self.cancel_button.disabled = info.state in FINAL_WORKFLOW_STATES
+        self.cancel_button.disabled = info.state.final
         # A finished workflow has nothing left to cancel: hide the button rather than grey it.
-        self.cancel_button.layout.display = "none" if info.state in FINAL_WORKFLOW_STATES else None
-        if info.state == "failed" and info.error:
+        self.cancel_button.layout.display = "none" if info.state.final else None
+        if info.state is WorkflowState.FAILED and info.error:
             self.message.value = f"<pre>{html.escape(info.error)}</pre>"
         # Last, so whoever sees the new state also sees the rows drawn for it.
         self.rows = rows
@@ -168,8 +197,7 @@ class JobStatusWidget(FollowsWorkflow, w.VBox):
         except Exception as exc:  # e.g. the orchestrator restarted and forgot nothing, or is down
             self.message.value = html.escape(f"cancel failed: {exc}")
             return
-        cancelled = len(result.get("cancelled", [])) if isinstance(result, dict) else 0
-        self.message.value = html.escape(f"cancelled ({cancelled} jobs)")
+        self.message.value = html.escape(f"cancelled ({len(result.cancelled)} jobs)")
         self.refresh()
 
     def close(self) -> None:
@@ -193,23 +221,23 @@ FLEET_COLUMNS = (
 )
 
 
-def fleet_rows(devices: list[dict[str, Any]], now: float | None = None) -> list[dict[str, str]]:
+def fleet_rows(devices: list[DeviceStatus], now: float | None = None) -> list[dict[str, str]]:
     now = time.time() if now is None else now
     rows = []
     for d in devices:
-        calibrated = d.get("calibrated_at")
-        hours = None if not calibrated else (now - float(calibrated)) / 3600
+        calibrated = d.calibrated_at
+        hours = None if not calibrated else (now - calibrated) / 3600
         age = "-" if hours is None else f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.0f} d"
-        score = d.get("fidelity_score")
+        score = d.fidelity_score
         rows.append(
             {
-                "name": str(d["name"]),
-                "num_qubits": str(d["num_qubits"]),
-                "family": str(d.get("family", "-")),
-                "queue_length": str(d.get("queue_length", 0)),
-                "expected_wait_s": _s(d.get("expected_wait_s")),
+                "name": d.name,
+                "num_qubits": str(d.num_qubits),
+                "family": d.family or "-",
+                "queue_length": str(d.queue_length),
+                "expected_wait_s": _s(d.expected_wait_s),
                 "calibration_age": age,
-                "fidelity_score": "-" if score is None else f"{float(score):.3f}",
+                "fidelity_score": "-" if score is None else f"{score:.3f}",
             }
         )
     return rows
@@ -220,13 +248,13 @@ class FleetOverview(w.VBox):
 
     def __init__(
         self,
-        fetch: Callable[[], list[dict[str, Any]]] | None = None,
+        fetch: Callable[[], list[DeviceStatus]] | None = None,
         interval: float | None = 2.0,
     ) -> None:
         from . import api
 
         self._fetch = fetch or api.fleet
-        self.devices: list[dict[str, Any]] = []
+        self.devices: list[DeviceStatus] = []
         self.table = w.HTML()
         self.note = w.HTML()
         super().__init__([self.table, self.note])

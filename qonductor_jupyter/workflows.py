@@ -16,10 +16,11 @@ from typing import Any
 import cloudpickle
 
 from kernel_server.core.dataflow import DELETED
-from kernel_server.core.jobs import FINAL_WORKFLOW_STATES
+from kernel_server.core.status import DeviceStatus, ImageSummary, WorkflowState, WorkflowSummary
 from kernel_server.wire.errors import RemoteError, RequestTooLarge
 from kernel_server.wire.messages import (
     Cancel,
+    Cancelled,
     ChoosePlan,
     GetFleet,
     GetResults,
@@ -74,7 +75,8 @@ def _workflow_reply(
 
 # -------------------------------------------------------------------- images
 def workflow_status(workflow_id: str) -> str:
-    return workflow_info(workflow_id).state
+    """The workflow's state as text: submitted, running, done, failed or cancelled."""
+    return workflow_info(workflow_id).state.value
 
 
 def workflow_info(workflow_id: str) -> WorkflowReply:
@@ -102,7 +104,7 @@ def wait(
         )
         if on_poll is not None:
             on_poll(reply)
-        if reply.state in FINAL_WORKFLOW_STATES:
+        if reply.state.final:
             return reply
 
 
@@ -111,13 +113,13 @@ def final_within(workflow_id: str, seconds: float, client: Any = None) -> Workfl
     reply = _workflow_reply(
         GetResults(workflow_id=workflow_id, wait_s=seconds), seconds + 30.0, client
     )
-    return reply if reply.state in FINAL_WORKFLOW_STATES else None
+    return reply if reply.state.final else None
 
 
 def _raise_for(reply: WorkflowReply) -> None:
-    if reply.state == "failed":
+    if reply.state is WorkflowState.FAILED:
         raise WorkflowFailed(reply)
-    if reply.state == "cancelled":
+    if reply.state is WorkflowState.CANCELLED:
         raise WorkflowCancelled(f"workflow {reply.workflow_id} was cancelled; it has no results")
 
 
@@ -140,9 +142,9 @@ def workflow_results(
     }
 
 
-def cancel(workflow_id: str) -> dict[str, Any]:
-    reply = _ask(Cancel(workflow_id=workflow_id))
-    return {"state": reply.state, "cancelled": reply.cancelled}
+def cancel(workflow_id: str) -> Cancelled:
+    """Cancel the workflow and every child job; the reply says its state and the jobs stopped."""
+    return _ask(Cancel(workflow_id=workflow_id))
 
 
 def choose_plan(workflow_id: str, step_id: int, plan: int | str) -> Any:
@@ -150,15 +152,17 @@ def choose_plan(workflow_id: str, step_id: int, plan: int | str) -> Any:
     return _ask(ChoosePlan(workflow_id=workflow_id, step_id=int(step_id), plan=plan)).plan
 
 
-def list_images() -> list[dict[str, Any]]:
+def list_images() -> list[ImageSummary]:
     return _ask(ListImages()).images
 
 
-def list_workflows(limit: int = 100) -> list[dict[str, Any]]:
+def list_workflows(limit: int = 100) -> list[WorkflowSummary]:
+    """The newest workflows, newest first."""
     return _ask(ListWorkflows(limit=limit)).workflows
 
 
-def fleet() -> list[dict[str, Any]]:
+def fleet() -> list[DeviceStatus]:
+    """The fleet's QPUs now: description, whether online, queue."""
     return _ask(GetFleet()).devices
 
 
@@ -180,9 +184,9 @@ _submissions_lock = threading.Lock()
 def raise_final(reply: WorkflowReply, applied: Applied | None = None) -> None:
     """WorkflowFailed or WorkflowCancelled for a workflow that did not finish, saying what the
     notebook kept (``applied``); nothing for a done one."""
-    if reply.state == "failed":
+    if reply.state is WorkflowState.FAILED:
         raise WorkflowFailed(reply, applied)
-    if reply.state == "cancelled":
+    if reply.state is WorkflowState.CANCELLED:
         kept = f"; names set before it stopped: {', '.join(applied.names)}" if applied else ""
         raise WorkflowCancelled(f"workflow {reply.workflow_id} was cancelled{kept}")
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from qiskit.circuit import Gate
@@ -92,26 +91,6 @@ def basis_gates_of(backend: BackendV2) -> tuple[str, ...]:
             if isinstance(target.operation_from_name(name), Gate)
         )
     )
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    """What the orchestrator needs to know about a device, without holding the backend."""
-
-    name: str
-    num_qubits: int
-    family: str
-    calibration_id: str
-    basis_gates: tuple[str, ...]
-    calibrated_at: float | None = None  # epoch seconds of the calibration snapshot, if known
-    # Error product of a 5-qubit GHZ (4 two-qubit gates, 5 readouts) on the median coupler and
-    # readout: one number to compare QPUs at a glance, not an estimate for any job.
-    fidelity_score: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["basis_gates"] = list(self.basis_gates)  # msgpack/JSON have no tuples
-        return data
 
 
 def calibrated_at(backend: BackendV2) -> float | None:

@@ -24,7 +24,6 @@ from qiskit_ibm_runtime import fake_provider
 from qiskit_ibm_runtime.fake_provider.fake_backend import FakeBackendV2
 
 from kernel_server.backends.catalogue import (
-    DeviceInfo,
     basis_gates_of,
     calibrated_at,
     calibration_id,
@@ -32,6 +31,7 @@ from kernel_server.backends.catalogue import (
     fidelity_score,
     forget_calibration,
 )
+from kernel_server.core.status import DeviceInfo  # noqa: F401 (re-exported)
 
 __all__ = [
     "DEFAULT_FLEET",

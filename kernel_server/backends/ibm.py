@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from kernel_server.backends.account import NO_ACCOUNT_MESSAGE, NoIBMAccountError, ibm_account
 from kernel_server.core.circuits import require_shots
+from kernel_server.core.status import DeviceInfo
 
 if TYPE_CHECKING:
     from qiskit import QuantumCircuit
@@ -118,9 +119,8 @@ class IBMDevice:
         where = "local testing" if self.local_testing else "IBM Quantum"
         return f"IBMDevice({self.name!r}, {self.execution_mode}, {where})"
 
-    def info(self) -> dict[str, Any]:
-        from kernel_server.backends.catalogue import (
-            DeviceInfo,
+    def info(self) -> DeviceInfo:
+        from kernel_server.backends.catalogue import (  # noqa: I001
             basis_gates_of,
             family_of,
             fidelity_score,
@@ -134,8 +134,10 @@ class IBMDevice:
             basis_gates=basis_gates_of(self.backend),
             calibrated_at=self.calibrated_at,
             fidelity_score=fidelity_score(self.backend),
+            kind="ibm",
+            local_testing=self.local_testing,
         )
-        return {**info.to_dict(), "kind": "ibm", "local_testing": self.local_testing}
+        return info
 
     def status(self) -> DeviceStatus:
         try:

@@ -38,6 +38,7 @@ from kernel_server.core.deployment import (
     classical_request,
 )
 from kernel_server.core.jobs import JobRecord
+from kernel_server.core.status import Plans
 from kernel_server.fleet.queues import QueuedJob, SimulatedQPU, background_arrivals, qpu_runner
 from kernel_server.fleet.spec import FleetSpec
 from kernel_server.scheduler.classical import NoFeasibleNode
@@ -226,7 +227,7 @@ class Orchestrator:
             infos += await self.loop.run_in_executor(self._ibm_threads, self.ibm.load)
         for info in infos:
             self.store.upsert_device(info)
-            self.qpus[info["name"]] = SimulatedQPU(info["name"], info)
+            self.qpus[info.name] = SimulatedQPU(info.name, info)
         for q in self.qpus.values():
             self._runners[q.name] = self._spawn(
                 qpu_runner(q, self._execute, self.manager.qpu_job_started)
@@ -234,7 +235,7 @@ class Orchestrator:
         load = self.fleet_spec.background
         if load is not None:  # other users share the simulated QPUs; IBM's queues are real
             for q in self.qpus.values():
-                if q.info.get("kind") != "ibm":
+                if q.info.kind != "ibm":
                     self._spawn(
                         background_arrivals(q, load.jobs_per_hour, load.mean_runtime_s, load.seed)
                     )
@@ -355,7 +356,7 @@ class Orchestrator:
     async def _estimate(self, msg: Sample, device: str) -> qpu.DeviceEstimate:
         return await self.compute.plan(qpu.estimate_on_device, msg.circuits, device, 0, msg.rows)
 
-    async def _plan(self, msg: Sample) -> list[dict[str, Any]]:
+    async def _plan(self, msg: Sample) -> Plans:
         return await self.compute.plan(
             qpu.plan_step,
             msg.circuits,

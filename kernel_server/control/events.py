@@ -12,6 +12,7 @@ from typing import Any
 
 from kernel_server.core.deployment import RunOptions
 from kernel_server.core.jobs import JobRecord, JobState, WorkflowRun
+from kernel_server.core.status import Plan, Plans
 from kernel_server.tasks.step import StepOutcome, StepSpec
 
 # A step's worker waiting for a QPU job's answer: its socket identity, its request id, and whose
@@ -93,10 +94,10 @@ class QpuJobEstimating(Event):
 
 @dataclass
 class PlansReady(Event):
-    """The resource plans of a step's circuits (``[{"error": ...}]`` when none could be made)."""
+    """The resource plans of a step's circuits (a ``PlanError`` when none could be made)."""
 
     job_id: str
-    plans: list[dict[str, Any]]
+    plans: Plans
 
 
 @dataclass
@@ -221,7 +222,7 @@ class PlanDecided(Instruction):
 
     workflow_id: str
     step_id: int
-    plan: dict[str, Any] | None
+    plan: Plan | None
 
 
 @dataclass

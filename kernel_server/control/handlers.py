@@ -194,7 +194,7 @@ class Handlers:
     async def cancel(self, msg: Cancel, identity: bytes, rid: str) -> Message:
         self.orch.ownership.check_owner(msg.workflow_id)
         run, cancelled = self.orch.manager.cancel(msg.workflow_id)
-        return Cancelled(state=run.state.value, cancelled=[j.id for j in cancelled])
+        return Cancelled(state=run.state, cancelled=[j.id for j in cancelled])
 
     async def sample(self, msg: Sample, identity: bytes, rid: str) -> Message | None:
         orch = self.orch

@@ -7,12 +7,14 @@ here blocks (network, or Aer in local testing mode), so the orchestrator calls i
 from __future__ import annotations
 
 import logging
-from typing import Any, cast
+from typing import cast
 
 import cloudpickle
+import msgspec
 
 from kernel_server.backends import ibm
 from kernel_server.control.store import Store
+from kernel_server.core.status import DeviceInfo
 from kernel_server.fleet.queues import SimulatedQPU
 from kernel_server.fleet.spec import IBMFleet
 from kernel_server.tasks.qpu import Execution
@@ -28,7 +30,7 @@ class IBMLink:
         self.devices: dict[str, ibm.IBMDevice] = {}
         self.manager: ibm.IBMDeviceManager | None = None
 
-    def load(self) -> list[dict[str, Any]]:
+    def load(self) -> list[DeviceInfo]:
         """Connect (or build the local-testing fakes) and describe each device for the fleet.
 
         Without an account, real IBM backends do not join; the rest of the fleet still runs.
@@ -54,8 +56,8 @@ class IBMLink:
         )
         return [self._describe(d) for d in devices]
 
-    def _describe(self, device: ibm.IBMDevice) -> dict[str, Any]:
-        return {**device.info(), "billed": self.spec.is_billed}
+    def _describe(self, device: ibm.IBMDevice) -> DeviceInfo:
+        return msgspec.structs.replace(device.info(), billed=self.spec.is_billed)
 
     def execute(self, name: str, transpiled_blob: bytes, shots: int) -> Execution:
         """Run a QPU job's circuits (already laid out for this device) through the Sampler."""
@@ -93,9 +95,9 @@ class IBMLink:
         elif change.kind == "calibration":
             info = self.info(q.name)
             if info is not None:
-                q.info.update(info)
-                store.upsert_device(q.info)
-            log.info("IBM QPU %s has a new calibration %s", q.name, q.info.get("calibration_id"))
+                q.info = info
+                store.upsert_device(info)
+            log.info("IBM QPU %s has a new calibration %s", q.name, q.info.calibration_id)
         elif change.kind == "retired":
             q.online = False
             del qpus[q.name]
@@ -106,6 +108,6 @@ class IBMLink:
             return q
         return None
 
-    def info(self, name: str) -> dict[str, Any] | None:
+    def info(self, name: str) -> DeviceInfo | None:
         device = self.devices.get(name)
         return None if device is None else self._describe(device)

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from kernel_server.control.events import (
     Caller,
     CancelRequested,
@@ -57,6 +59,7 @@ from kernel_server.core.deployment import RunOptions
 from kernel_server.core.graph import Step, StepKind
 from kernel_server.core.jobs import JobRecord, JobState, WorkflowRun, WorkflowState, new_id
 from kernel_server.core.plans import ASSUMED_LOOP_CALLS, choose_plan, parse_plan_option
+from kernel_server.core.status import Plan, Plans
 from kernel_server.tasks.step import StepOutcome, StepSpec
 
 log = logging.getLogger("kernel_server.control.machine")
@@ -84,7 +87,7 @@ class LiveWorkflow:
     # step id -> number of plans shown while the step waits for the user's choice (--plan ask).
     asking: dict[int, int] = field(default_factory=dict)
     # step id -> the plans offered, until the user's choice is made.
-    offered: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    offered: dict[int, list[Plan]] = field(default_factory=dict)
     # hybrid step id -> the QPU its loop is pinned to (one QPU for the whole loop).
     sessions: dict[int, str] = field(default_factory=dict)
     # QPU job id -> the worker waiting for its counts.
@@ -333,26 +336,28 @@ class WorkflowMachine:
         sid = job.step_id or 0
         try:
             mode = live.options.plan  # parsed with the options (run_options)
-            usable = [p for p in ev.plans if "error" not in p]
+            usable = ev.plans if isinstance(ev.plans, list) else []
             if mode == "ask" and usable and not live.run.state.final:
                 # Same state (estimating); the event tells widgets the plans are there.
                 live.asking[sid] = len(usable)
                 live.offered[sid] = usable
-                job.plans = [dict(p, awaiting_choice=True) for p in usable]
+                job.plans, job.awaiting_choice = usable, True
                 return [Persist(job, f"{len(usable)} plans ready; waiting for a choice")]
             return self._decide(live, job, ev.plans, mode)
         except Exception as exc:
             return [PlanFailed(live.run.id, sid, exc)]
 
     def _decide(
-        self, live: LiveWorkflow, job: JobRecord, plans: list[dict[str, Any]], mode: Any
+        self, live: LiveWorkflow, job: JobRecord, plans: Plans, mode: Any
     ) -> list[Instruction]:
         sid = job.step_id or 0
         chosen = choose_plan(plans, mode, live.options.priority, self._calls(live, sid))
-        if chosen is not None:
-            plans = [dict(p, chosen=(i == chosen)) for i, p in enumerate(plans)]
-        job.plans = plans
-        return [PlanDecided(live.run.id, sid, plans[chosen] if chosen is not None else None)]
+        job.awaiting_choice = False
+        if chosen is None or not isinstance(plans, list):
+            job.plans = plans
+            return [PlanDecided(live.run.id, sid, None)]
+        job.plans = [msgspec.structs.replace(p, chosen=i == chosen) for i, p in enumerate(plans)]
+        return [PlanDecided(live.run.id, sid, job.plans[chosen])]
 
     @staticmethod
     def _calls(live: LiveWorkflow, step_id: int) -> int:
@@ -447,10 +452,10 @@ def not_asking(run: WorkflowRun, step_id: int) -> str:
     """Why a plan cannot be chosen for this step now, and when it can."""
     step = run.steps.get(step_id)
     decided = any(
-        p.get("chosen")
+        p.chosen
         for j in run.qpu_jobs.values()
-        if j.step_id == step_id
-        for p in j.plans or []
+        if j.step_id == step_id and isinstance(j.plans, list)
+        for p in j.plans
     )
     if decided and not run.state.final:
         return f"step {step_id} of workflow {run.id} already runs with its chosen plan"

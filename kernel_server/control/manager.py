@@ -47,6 +47,7 @@ from kernel_server.control.store import Store
 from kernel_server.core.deployment import DEFAULT_PLACEMENT, RunOptions, stored_options
 from kernel_server.core.jobs import JobRecord, WorkflowRun
 from kernel_server.core.plans import parse_plan_option
+from kernel_server.core.status import JobState, Plans, WorkflowInfo
 from kernel_server.fleet.queues import SimulatedQPU
 from kernel_server.scheduler.cycle import QPUView
 from kernel_server.scheduler.dispatch import OnlineDispatcher
@@ -66,8 +67,8 @@ class Executors:
     # (a quantum call, a QPU's name) -> tasks.qpu.DeviceEstimate
     estimate: Callable[[P.Sample, str], Awaitable[Any]]
     spawn: Callable[[Awaitable[Any]], asyncio.Task]
-    # a quantum call -> resource plans as dicts (tasks.qpu.plan_step); None: no plans
-    plan: Callable[[P.Sample], Awaitable[list[dict[str, Any]]]] | None = None
+    # a quantum call -> its resource plans (tasks.qpu.plan_step); None: no plans
+    plan: Callable[[P.Sample], Awaitable[Plans]] | None = None
 
 
 Emit = Callable[[JobRecord, str], None]
@@ -208,7 +209,7 @@ class JobManager:
             options = stored_options(row.get("options"))
             found.append(RecoveredWorkflow(run, saved, inputs, options))
         # Each run of a job on these QPUs costs money (a real IBM QPU, unless configured else).
-        paid = frozenset(n for n, q in self.qpus.items() if q.info.get("billed", False))
+        paid = frozenset(n for n, q in self.qpus.items() if q.info.billed)
         self._do(Recovered(found, paid))
 
     async def _run_step(self, spec: StepSpec, lane: str) -> None:
@@ -242,23 +243,24 @@ class JobManager:
         row = self.store.workflow_row(run.id) or {}
         steps = run.step_summaries()
         for step in steps:
-            for job in step["qpu_jobs"]:
-                qpu = self.qpus.get(job["qpu"] or "")
-                where = qpu.position_of(job["id"]) if qpu and job["state"] == "queued" else None
+            for job in step.qpu_jobs:
+                qpu = self.qpus.get(job.qpu or "")
+                queued = qpu is not None and job.state is JobState.QUEUED
+                where = qpu.position_of(job.id) if qpu is not None and queued else None
                 if where is not None:
-                    job["queue_position"], job["est_start_s"] = where[0], round(where[1], 3)
+                    job.queue_position, job.est_start_s = where[0], round(where[1], 3)
         reply = P.WorkflowReply(
             workflow_id=run.id,
-            state=run.state.value,
+            state=run.state,
             steps=steps,
             error=run.error,
-            info={
-                "image_id": run.image_id,
-                "name": row.get("name"),
-                "created_at": run.created_at,
-                "finished_at": run.finished_at,
-                "options": row.get("options", {}),
-            },
+            info=WorkflowInfo(
+                image_id=run.image_id,
+                name=row.get("name"),
+                created_at=run.created_at,
+                finished_at=run.finished_at,
+                options=stored_options(row.get("options")),
+            ),
         )
         if run.state.final:
             # Failed or cancelled: what was assigned before, as the names a cell keeps.

@@ -36,6 +36,7 @@ from kernel_server.control.machine import LiveWorkflow, UserError
 from kernel_server.core.cache import LRU
 from kernel_server.core.deployment import RunOptions
 from kernel_server.core.jobs import JobRecord, WorkflowRun
+from kernel_server.core.status import Plan, PlanError, Plans
 from kernel_server.fleet.queues import QueuedJob, SimulatedQPU
 from kernel_server.scheduler.placement import Candidate, place
 from kernel_server.wire import messages as P
@@ -57,10 +58,10 @@ class QpuJobs:
         # A cell run again sends the same circuits: their estimates on a calibration, and their
         # plans over the fleet's calibrations, are the same (keyed on Sample.fingerprint).
         self.estimates: LRU[Any] = LRU(1024)
-        self.plans: LRU[list[dict[str, Any]]] = LRU(256)
+        self.plans: LRU[list[Plan]] = LRU(256)
         # Session key (owner and session id) -> its QPU and plan, once its first job is placed.
         self.session_qpus: dict[str, str] = {}
-        self.session_plans: dict[str, dict[str, Any] | None] = {}
+        self.session_plans: dict[str, Plan | None] = {}
         self._session_locks: dict[str, asyncio.Lock] = {}
         # Placed jobs readied for their queue until the machine says Enqueue (``enqueue``).
         self.ready: dict[str, QueuedJob] = {}
@@ -158,7 +159,7 @@ class QpuJobs:
                 qpus = self._candidates(live, msg)
                 if plan is not None and len(qpus) > 1:
                     # Run where the plan says: a QPU of its template (if the config allows one).
-                    members = [q for q in qpus if q.name in set(plan.get("members", []))]
+                    members = [q for q in qpus if q.name in set(plan.members)]
                     qpus = members or qpus
                 qpus, estimates = await self._fitting_estimates(msg, qpus)
                 self.estimating -= 1
@@ -167,7 +168,7 @@ class QpuJobs:
                 if msg.session:
                     self.session_qpus.setdefault(msg.session, chosen)
                     self._session_locks.pop(msg.session, None)  # pinned: no lock needed now
-            stack = plan["mitigation"] if plan is not None else "none"
+            stack = plan.mitigation if plan is not None else "none"
             await self._queue_and_wait(job, msg, index, live.run, chosen, est, cause, stack)
         except asyncio.CancelledError:
             m.qpu_waits.pop(job.id, None)
@@ -268,7 +269,7 @@ class QpuJobs:
 
     async def _estimate(self, msg: P.Sample, qpu: SimulatedQPU) -> Any:
         """The job's estimate on one QPU (remembered per circuits, rows and calibration)."""
-        key = (msg.fingerprint, msg.rows, qpu.name, qpu.info.get("calibration_id"))
+        key = (msg.fingerprint, msg.rows, qpu.name, qpu.info.calibration_id)
         cached = self.estimates.get(key) if msg.fingerprint else None
         if cached is not None:
             return cached
@@ -276,7 +277,7 @@ class QpuJobs:
         return self.estimates.put(key, estimate) if msg.fingerprint else estimate
 
     # ------------------------------------------------------------------ plans
-    async def _plan_for(self, job: JobRecord, msg: P.Sample) -> dict[str, Any] | None:
+    async def _plan_for(self, job: JobRecord, msg: P.Sample) -> Plan | None:
         """The step's plan, or the Session's once its first job has one."""
         if msg.session and msg.session in self.session_plans:
             return self.session_plans[msg.session]
@@ -285,7 +286,7 @@ class QpuJobs:
             self.session_plans.setdefault(msg.session, plan)
         return plan
 
-    async def _step_plan(self, job: JobRecord, msg: P.Sample) -> dict[str, Any] | None:
+    async def _step_plan(self, job: JobRecord, msg: P.Sample) -> Plan | None:
         """The plan this step runs with: its first QPU job makes the plans and the machine
         chooses (or asks the user); the step's other jobs (a hybrid loop) wait for the same."""
         m = self.m
@@ -298,23 +299,21 @@ class QpuJobs:
             m._do(PlansReady(job.id, plans))
         return await asyncio.shield(future)
 
-    async def _plans(self, msg: P.Sample) -> list[dict[str, Any]]:
+    async def _plans(self, msg: P.Sample) -> Plans:
         """The resource plans of a step's circuits (remembered per circuits, shots, stacks and
-        the fleet's calibrations); ``[{"error": ...}]`` when they cannot be made."""
+        the fleet's calibrations); a ``PlanError`` when they cannot be made."""
         assert self.m.ex.plan is not None
-        calibrations = tuple(
-            sorted((n, q.info.get("calibration_id")) for n, q in self.qpus.items())
-        )
+        calibrations = tuple(sorted((n, q.info.calibration_id) for n, q in self.qpus.items()))
         key = (msg.fingerprint, msg.shots, tuple(msg.stacks), calibrations)
         cached = self.plans.get(key) if msg.fingerprint else None
         if cached is not None:
-            return [dict(p) for p in cached]
+            return cached
         try:
             plans = await self.m.ex.plan(msg)
         except Exception as exc:  # a lost worker: advice missing, job goes on
-            return [{"error": f"{type(exc).__name__}: {exc}"}]
-        if msg.fingerprint and plans and "error" not in plans[0]:
-            self.plans.put(key, [dict(p) for p in plans])
+            return PlanError(error=f"{type(exc).__name__}: {exc}")
+        if msg.fingerprint and isinstance(plans, list) and plans:
+            self.plans.put(key, plans)  # Plans are frozen: shared safely
         return plans
 
     def _seed(self, run: WorkflowRun, job: JobRecord, index: int) -> int | None:

@@ -20,6 +20,7 @@ import msgpack
 from kernel_server.core.deployment import validate_config
 from kernel_server.core.files import write_private
 from kernel_server.core.graph import WorkflowGraph
+from kernel_server.core.status import ImageSummary
 
 # What create() makes; anything else (a path, "..") names no image.
 IMAGE_ID = re.compile(r"^img-[0-9a-f]{12}$")
@@ -42,19 +43,19 @@ class Image:
     bound_names: list[str] = field(default_factory=list)
     owner: str = ""  # the shared orchestrator's user who created it ("": its owner)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> ImageSummary:
         steps = self.graph.get("steps", [])
-        return {
-            "id": self.id,
-            "name": self.name,
-            "created_at": self.created_at,
-            "deployed": self.deployed is not None,
-            "steps": len(steps),
-            "quantum_steps": sum(1 for s in steps if s["kind"] != "classical"),
-            "inputs": [n for n in self.graph.get("inputs", []) if n not in self.bound_names],
-            "outputs": sorted(self.graph.get("outputs", {})),
-            "config": self.config,
-        }
+        return ImageSummary(
+            id=self.id,
+            name=self.name,
+            created_at=self.created_at,
+            deployed=self.deployed is not None,
+            steps=len(steps),
+            quantum_steps=sum(1 for s in steps if s["kind"] != "classical"),
+            inputs=[n for n in self.graph.get("inputs", []) if n not in self.bound_names],
+            outputs=sorted(self.graph.get("outputs", {})),
+            config=self.config,
+        )
 
 
 class GraphError(ValueError):

@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import msgspec
 
 from kernel_server.core.deployment import RunOptions, options_dict
 from kernel_server.core.jobs import JobRecord, JobState, WorkflowRun, WorkflowState
+from kernel_server.core.status import DeviceInfo, PlanError, Plans, WorkflowSummary
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS devices (
@@ -34,7 +36,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, workflow_id TEXT, step_id INTEGER, kind TEXT, state TEXT, qpu TEXT,
     est_fidelity REAL, est_duration_s REAL, shots INTEGER, num_circuits INTEGER, parent TEXT,
     created_at REAL, queued_at REAL, started_at REAL, finished_at REAL, error TEXT, method TEXT,
-    plans TEXT, worker TEXT);
+    plans TEXT, worker TEXT, awaiting_choice INTEGER DEFAULT 0);
 CREATE INDEX IF NOT EXISTS jobs_by_workflow ON jobs (workflow_id);
 CREATE TABLE IF NOT EXISTS step_outputs (
     workflow_id TEXT, step_id INTEGER, outputs BLOB, stdout TEXT,
@@ -64,8 +66,8 @@ _JOB_COLUMNS = (
     "method",
     "plans",
     "worker",
+    "awaiting_choice",
 )
-_JSON_JOB_COLUMNS = frozenset({"plans"})
 
 
 def _pack(obj: Any) -> bytes:
@@ -74,6 +76,20 @@ def _pack(obj: Any) -> bytes:
 
 def _unpack(blob: bytes | None) -> Any:
     return None if blob is None else msgpack.unpackb(blob, raw=False)
+
+
+def _plans(text: str | None) -> Plans | None:
+    """A job's stored plans; a row of a version that kept them as dicts (an error as
+    ``[{"error": ...}]``) reads as today's."""
+    if text is None:
+        return None
+    try:
+        return msgspec.json.decode(text, type=Plans)  # type: ignore[arg-type]
+    except msgspec.ValidationError:
+        old = json.loads(text)
+        if isinstance(old, list) and old and isinstance(old[0], dict) and "error" in old[0]:
+            return PlanError(error=str(old[0]["error"]))
+        raise
 
 
 class Store:
@@ -96,9 +112,9 @@ class Store:
     def _migrate(self) -> None:
         """Add columns that databases made by earlier versions lack (nothing is dropped)."""
         have = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
-        for column in ("plans", "worker"):
+        for column, kind in (("plans", "TEXT"), ("worker", "TEXT"), ("awaiting_choice", "INTEGER")):
             if column not in have:
-                self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
+                self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
         have = {row[1] for row in self._db.execute("PRAGMA table_info(workflows)")}
         if "owner" not in have:
             self._db.execute("ALTER TABLE workflows ADD COLUMN owner TEXT DEFAULT ''")
@@ -112,7 +128,7 @@ class Store:
             return self._db.execute(sql, args)
 
     # devices ---------------------------------------------------------------------------------
-    def upsert_device(self, info: dict[str, Any]) -> None:
+    def upsert_device(self, info: DeviceInfo) -> None:
         now = time.time()
         self._exec(
             "INSERT INTO devices (name, num_qubits, family, calibration_id, info, updated_at) "
@@ -120,22 +136,23 @@ class Store:
             " family=excluded.family, calibration_id=excluded.calibration_id, info=excluded.info,"
             " updated_at=excluded.updated_at",
             (
-                info["name"],
-                info["num_qubits"],
-                info["family"],
-                info["calibration_id"],
-                json.dumps(info),
+                info.name,
+                info.num_qubits,
+                info.family,
+                info.calibration_id,
+                msgspec.json.encode(info).decode(),
                 now,
             ),
         )
         self._exec(
             "INSERT OR IGNORE INTO calibrations VALUES (?,?,?)",
-            (info["name"], info["calibration_id"], now),
+            (info.name, info.calibration_id, now),
         )
 
-    def devices(self) -> list[dict[str, Any]]:
-        rows = self._exec("SELECT info, online, updated_at FROM devices ORDER BY name").fetchall()
-        return [{**json.loads(r[0]), "online": bool(r[1]), "updated_at": r[2]} for r in rows]
+    def devices(self) -> list[DeviceInfo]:
+        """The devices the orchestrator has known, as it last described them."""
+        rows = self._exec("SELECT info FROM devices ORDER BY name").fetchall()
+        return [msgspec.json.decode(r[0], type=DeviceInfo) for r in rows]
 
     # workflows -------------------------------------------------------------------------------
     def insert_workflow(
@@ -229,7 +246,7 @@ class Store:
         row = self._exec("SELECT outputs FROM workflows WHERE id=?", (workflow_id,)).fetchone()
         return _unpack(row[0]) if row else None
 
-    def list_workflows(self, limit: int = 100, owner: str | None = None) -> list[dict[str, Any]]:
+    def list_workflows(self, limit: int = 100, owner: str | None = None) -> list[WorkflowSummary]:
         """The newest workflows (of one owner, or of all) with the QPUs their jobs use and how
         many jobs are live."""
         where, args = ("WHERE owner = ?", (owner, limit)) if owner is not None else ("", (limit,))
@@ -242,13 +259,25 @@ class Store:
             " GROUP BY w.id ORDER BY w.created_at DESC",
             args,
         ).fetchall()
-        keys = ("id", "image_id", "name", "state", "created_at", "finished_at", "error")
         listing = []
         for r in rows:
-            row = dict(zip(keys, r[:7], strict=True))
-            row["qpus"] = sorted(r[7].split(",")) if r[7] else []
-            row["jobs_running"], row["jobs_queued"] = int(r[8]), int(r[9])
-            listing.append(row)
+            state, created, finished = WorkflowState(r[3]), r[4], r[5]
+            final = finished is not None and state.final
+            listing.append(
+                WorkflowSummary(
+                    id=r[0],
+                    image_id=r[1],
+                    name=r[2],
+                    state=state,
+                    created_at=created,
+                    finished_at=finished,
+                    error=r[6],
+                    qpus=sorted(r[7].split(",")) if r[7] else [],
+                    jobs_running=int(r[8]),
+                    jobs_queued=int(r[9]),
+                    jct_s=round(finished - created, 3) if final else None,
+                )
+            )
         return listing
 
     def unfinished_workflow_ids(self) -> list[str]:
@@ -271,8 +300,9 @@ class Store:
         def value(column: str) -> Any:
             if column == "state":
                 return job.state.value
-            v = getattr(job, column)
-            return json.dumps(v) if column in _JSON_JOB_COLUMNS and v is not None else v
+            if column == "plans":
+                return None if job.plans is None else msgspec.json.encode(job.plans).decode()
+            return getattr(job, column)
 
         return tuple(value(c) for c in _JOB_COLUMNS)
 
@@ -288,9 +318,8 @@ class Store:
         for r in rows:
             d = dict(zip(_JOB_COLUMNS, r, strict=True))
             d["state"] = JobState(d["state"])
-            for column in _JSON_JOB_COLUMNS:
-                if d[column] is not None:
-                    d[column] = json.loads(d[column])
+            d["plans"] = _plans(d["plans"])
+            d["awaiting_choice"] = bool(d["awaiting_choice"])
             out.append(JobRecord(**d))
         return out
 

@@ -13,28 +13,19 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
+import msgspec
+
 from kernel_server.core.graph import Step, WorkflowGraph
-
-
-class JobState(str, Enum):
-    PENDING = "pending"
-    ESTIMATING = "estimating"
-    QUEUED = "queued"
-    RUNNING = "running"
-    POST_PROCESSING = "post-processing"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def final(self) -> bool:
-        return self in FINAL_STATES
-
-
-FINAL_STATES = frozenset({JobState.DONE, JobState.FAILED, JobState.CANCELLED})
+from kernel_server.core.status import (
+    JobKind,
+    JobState,
+    JobStatus,
+    Plans,
+    StepStatus,
+    WorkflowState,
+)
 
 S = JobState
 TRANSITIONS: dict[tuple[JobState, JobState], str] = {
@@ -73,18 +64,6 @@ class IllegalTransition(RuntimeError):
     pass
 
 
-class WorkflowState(str, Enum):
-    SUBMITTED = "submitted"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def final(self) -> bool:
-        return self in (WorkflowState.DONE, WorkflowState.FAILED, WorkflowState.CANCELLED)
-
-
 W = WorkflowState
 WORKFLOW_TRANSITIONS: dict[tuple[WorkflowState, WorkflowState], str] = {
     (W.SUBMITTED, W.RUNNING): "invoked: its steps are being walked",
@@ -113,7 +92,7 @@ class JobRecord:
 
     id: str
     workflow_id: str
-    kind: str
+    kind: JobKind
     step_id: int | None = None
     state: JobState = JobState.PENDING
     qpu: str | None = None
@@ -129,9 +108,11 @@ class JobRecord:
     parent: str | None = None
     method: str | None = None  # how a QPU job was executed (simulation method, or a real backend)
     mitigation: str | None = None  # a QPU job's mitigation stack ("none" unmitigated)
-    # Resource plans of a quantum step's first QPU job (estimator.plans), best first, as dicts;
-    # or [{"error": ...}] when they could not be made (the job runs anyway).
-    plans: list[dict[str, Any]] | None = None
+    # Resource plans of a quantum step's first QPU job (estimator.plans), best first, or why
+    # they could not be made (the job runs anyway); the user is asked to pick one (--plan ask)
+    # while awaiting_choice.
+    plans: Plans | None = None
+    awaiting_choice: bool = False
     # Where the work ran: "local:<pid>" for the embedded pools, a Dask worker's address otherwise.
     worker: str | None = None
     history: list[Transition] = field(default_factory=list)
@@ -181,26 +162,27 @@ class JobRecord:
             return None
         return max(0.0, self.finished_at - self.started_at)
 
-    def summary(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "step_id": self.step_id,
-            "state": self.state.value,
-            "qpu": self.qpu,
-            "est_fidelity": self.est_fidelity,
-            "est_duration_s": self.est_duration_s,
-            "shots": self.shots,
-            "num_circuits": self.num_circuits,
-            "queue_s": self.queue_seconds,
-            "run_s": self.run_seconds,
-            "error": self.error,
-            "parent": self.parent,
-            "method": self.method,
-            "mitigation": self.mitigation,
-            "plans": self.plans,
-            "worker": self.worker,
-        }
+    def summary(self) -> JobStatus:
+        return JobStatus(
+            id=self.id,
+            kind=self.kind,
+            step_id=self.step_id,
+            state=self.state,
+            qpu=self.qpu,
+            est_fidelity=self.est_fidelity,
+            est_duration_s=self.est_duration_s,
+            shots=self.shots,
+            num_circuits=self.num_circuits,
+            queue_s=self.queue_seconds,
+            run_s=self.run_seconds,
+            error=self.error,
+            parent=self.parent,
+            method=self.method,
+            mitigation=self.mitigation,
+            plans=self.plans,
+            awaiting_choice=self.awaiting_choice,
+            worker=self.worker,
+        )
 
 
 @dataclass
@@ -338,20 +320,22 @@ class WorkflowRun:
             return True
         return False
 
-    def step_summaries(self) -> list[dict[str, Any]]:
+    def step_summaries(self) -> list[StepStatus]:
         out = []
         by_step: dict[int, list[JobRecord]] = {}
         for q in self.qpu_jobs.values():
             by_step.setdefault(q.step_id or 0, []).append(q)
         for step in self.model.steps:
-            summary = self.steps[step.id].summary()
-            summary.update(
-                lineno=step.lineno,
-                end_lineno=step.end_lineno,
-                first_line=step.source.splitlines()[0] if step.source else "",
+            job = self.steps[step.id].summary()
+            out.append(
+                StepStatus(
+                    **msgspec.structs.asdict(job),
+                    lineno=step.lineno,
+                    end_lineno=step.end_lineno,
+                    first_line=step.source.splitlines()[0] if step.source else "",
+                    qpu_jobs=[q.summary() for q in by_step.get(step.id, [])],
+                )
             )
-            summary["qpu_jobs"] = [q.summary() for q in by_step.get(step.id, [])]
-            out.append(summary)
         return out
 
 

@@ -18,11 +18,14 @@ to how many times a plan is paid for (scaling every plan's time by ``calls`` lea
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kernel_server.core.mcdm import front_2d, select
+
+if TYPE_CHECKING:  # core.status imports the run options, which parse --plan here
+    from kernel_server.core.status import Plan, Plans
 
 PLAN_LIMIT = 12  # plans kept per step (best-first): what --plan N can pick from
 # Calls a hybrid step is taken to make when its cell does not say (an optimizer's loop).
@@ -53,19 +56,19 @@ def parse_plan_option(value: Any) -> str | int:
     )
 
 
-def plan_objectives(plans: Sequence[dict[str, Any]]) -> np.ndarray:
+def plan_objectives(plans: Sequence[Plan]) -> np.ndarray:
     """(n, 2) minimised objectives of plans: run time (quantum + classical s) and error."""
-    seconds = [float(p["quantum_seconds"]) + float(p["classical_seconds"]) for p in plans]
-    errors = [1.0 - float(p["fidelity"]) for p in plans]
+    seconds = [p.seconds for p in plans]
+    errors = [1.0 - p.fidelity for p in plans]
     return np.column_stack([seconds, errors]) if plans else np.zeros((0, 2))
 
 
 def choose_plan(
-    plans: Sequence[dict[str, Any]], mode: str | int, priority: Any = "balanced", calls: int = 1
+    plans: Plans, mode: str | int, priority: Any = "balanced", calls: int = 1
 ) -> int | None:
-    """Index of the plan to run with, or None (mode off, or no usable plans). ``calls``: how
+    """Index of the plan to run with, or None (mode off, or no plans). ``calls``: how
     many QPU jobs the step makes with it (see the module docstring)."""
-    usable = [p for p in plans if "error" not in p]
+    usable = plans if isinstance(plans, list) else []
     if mode == "off" or not usable:
         return None
     if isinstance(mode, int):
@@ -75,9 +78,7 @@ def choose_plan(
                 "see them with %qonductor plans ID or run with --plan auto"
             )
         return mode
-    front = [i for i, p in enumerate(usable) if int(p.get("rank", 0)) == 0] or list(
-        range(len(usable))
-    )
+    front = [i for i, p in enumerate(usable) if p.rank == 0] or list(range(len(usable)))
     # The priority trades time against error: a rank-0 plan that another one beats on both
     # (it is on the front for its cost alone) is not a choice it could make.
     keep = front_2d(plan_objectives([usable[i] for i in front]))

@@ -31,6 +31,7 @@ from qiskit.providers import BackendV2
 from kernel_server.core.circuits import DEFAULT_SHOTS, require_shots
 from kernel_server.core.circuits import check_circuit as check_circuit_for_qpu
 from kernel_server.core.mcdm import pareto_ranks
+from kernel_server.core.status import Plan
 from kernel_server.estimator.features import CircuitFeatures, circuit_features, runtime_frame
 from kernel_server.estimator.fidelity import (
     TRAINED_STACKS,
@@ -108,23 +109,6 @@ class Estimate:
         """Quantum plus classical time, the runtime objective of plans."""
         return self.quantum_seconds + self.classical_seconds
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "backend": self.backend,
-            "mitigation": self.stack_name,
-            "accelerator": self.accelerator,
-            "shots": self.shots,
-            "fidelity": self.fidelity,
-            "numerical_fidelity": self.numerical_fidelity,
-            "quantum_seconds": self.quantum_seconds,
-            "quantum_seconds_low": self.quantum_seconds_low,
-            "quantum_seconds_high": self.quantum_seconds_high,
-            "classical_seconds": self.classical_seconds,
-            "cost": self.cost,
-            "num_circuits": self.num_circuits,
-            "total_shots": self.total_shots,
-        }
-
 
 @dataclass(frozen=True)
 class ResourcePlan:
@@ -138,8 +122,27 @@ class ResourcePlan:
             raise AttributeError(name)
         return getattr(self.estimate, name)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, **self.estimate.to_dict()}
+    def to_plan(self, members: Iterable[str] = ()) -> Plan:
+        """The plan as status replies and the store carry it; ``members``: the QPUs of its
+        template, where a job may run with it."""
+        e = self.estimate
+        return Plan(
+            rank=self.rank,
+            backend=e.backend,
+            mitigation=e.stack_name,
+            accelerator=e.accelerator,
+            shots=e.shots,
+            fidelity=e.fidelity,
+            numerical_fidelity=e.numerical_fidelity,
+            quantum_seconds=e.quantum_seconds,
+            quantum_seconds_low=e.quantum_seconds_low,
+            quantum_seconds_high=e.quantum_seconds_high,
+            classical_seconds=e.classical_seconds,
+            cost=e.cost,
+            num_circuits=e.num_circuits,
+            total_shots=e.total_shots,
+            members=tuple(members),
+        )
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,7 +13,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from kernel_server.core.jobs import JobRecord
+from kernel_server.core.status import DeviceInfo, DeviceStatus
 from kernel_server.scheduler.cycle import BALANCE_WINDOW_S
 
 
@@ -123,7 +126,7 @@ class JobQueue:
 @dataclass
 class SimulatedQPU:
     name: str
-    info: dict[str, Any]
+    info: DeviceInfo
     queue: JobQueue = field(default_factory=JobQueue)
     running: QueuedJob | None = None
     running_since: float | None = None
@@ -140,11 +143,11 @@ class SimulatedQPU:
 
     @property
     def num_qubits(self) -> int:
-        return int(self.info["num_qubits"])
+        return self.info.num_qubits
 
     @property
     def family(self) -> str:
-        return str(self.info["family"])
+        return self.info.family
 
     def queue_length(self) -> int:
         return self.queue.qsize() + (1 if self.running else 0) + self.external_pending
@@ -193,16 +196,16 @@ class SimulatedQPU:
             busy += now - max(self.running_since, start)
         return busy
 
-    def status(self) -> dict[str, Any]:
-        return {
-            **self.info,
-            "online": self.online,
-            "queue_length": self.queue_length(),
-            "expected_wait_s": round(self.expected_wait_s(), 3),
-            "jobs_done": self.jobs_done,
-            "busy_s": round(self.busy_s, 3),
-            "running": self.running.job.id if self.running else None,
-        }
+    def status(self) -> DeviceStatus:
+        return DeviceStatus(
+            **msgspec.structs.asdict(self.info),
+            online=self.online,
+            queue_length=self.queue_length(),
+            expected_wait_s=round(self.expected_wait_s(), 3),
+            jobs_done=self.jobs_done,
+            busy_s=round(self.busy_s, 3),
+            running=self.running.job.id if self.running else None,
+        )
 
 
 # Runs a queued job on the named QPU.

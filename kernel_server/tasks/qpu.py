@@ -17,6 +17,7 @@ from typing import Any
 import cloudpickle
 
 from kernel_server.core.plans import PLAN_LIMIT  # what --plan N picks from
+from kernel_server.core.status import DeviceInfo, PlanError, Plans
 from kernel_server.wire.circuits import load_circuits
 
 
@@ -57,10 +58,10 @@ def describe_backend(name: str, fleet: list[str]) -> tuple[str, str, int, list[s
     )
 
 
-def device_catalogue(names: list[str]) -> list[dict[str, Any]]:
+def device_catalogue(names: list[str]) -> list[DeviceInfo]:
     from kernel_server.backends.devices import device_info
 
-    return [device_info(n).to_dict() for n in names]
+    return [device_info(n) for n in names]
 
 
 MITIGATION_TAG = "qonductor_mitigation"  # set by qonductor_jupyter.lib.classical on its circuits
@@ -194,14 +195,14 @@ def plan_step(
     prices: dict[str, Any] | None = None,
     stacks: tuple[str, ...] = (),
     parameter_values: bytes = b"",
-) -> list[dict]:
+) -> Plans:
     """Resource plans for a quantum step's first circuit over the fleet's templates, best-first,
     each with the template's member QPUs (``members``) so the job can run where the plan says.
 
     ``stacks`` narrows the mitigation stacks (a primitive's resilience options); a parametrized
     circuit is planned with its first row of values bound, an ISA circuit over the templates of
     its width only (it runs where it is laid out). A circuit the estimator cannot take (a gate
-    mitiq cannot convert, a model file missing) gives ``[{"error": ...}]``: the job then runs
+    mitiq cannot convert, a model file missing) gives a ``PlanError``: the job then runs
     unmitigated on the scheduler's choice.
     """
     from kernel_server.estimator.plans import resource_plans, templates_for
@@ -225,11 +226,8 @@ def plan_step(
             circuit, k, backends=templates.values(), shots=shots, prices=prices, **pinned
         )
     except Exception as exc:  # reported under the cell; the job itself goes on
-        return [{"error": f"{type(exc).__name__}: {exc}"}]
-    return [
-        {**plan.to_dict(), "members": list(templates[plan.estimate.backend].members)}
-        for plan in plans
-    ]
+        return PlanError(error=f"{type(exc).__name__}: {exc}")
+    return [plan.to_plan(templates[plan.estimate.backend].members) for plan in plans]
 
 
 def counts_from_distribution(distribution: dict[str, float], shots: int) -> dict[str, int]:

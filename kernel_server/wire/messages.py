@@ -11,6 +11,15 @@ from typing import Annotated, Any, ClassVar, Generic, TypeVar, get_args, get_ori
 
 import msgspec
 
+from kernel_server.core.status import (
+    DeviceStatus,
+    ImageSummary,
+    StepStatus,
+    WorkflowInfo,
+    WorkflowState,
+    WorkflowSummary,
+)
+
 PROTOCOL_VERSION = 1
 
 # Every message class by its op (filled as the classes are defined): what decoding looks up.
@@ -89,12 +98,12 @@ class WorkflowReply(Message):
 
     op: ClassVar[str] = "workflow"
     workflow_id: str = ""
-    state: str = ""
-    steps: list[dict[str, Any]] = []
+    state: WorkflowState = WorkflowState.SUBMITTED
+    steps: list[StepStatus] = []
     error: str | None = None
     outputs: dict[str, bytes] | None = None
     stdout: str = ""
-    info: dict[str, Any] = {}
+    info: WorkflowInfo = msgspec.field(default_factory=WorkflowInfo)
 
 
 class QpuJobReport(msgspec.Struct, kw_only=True):
@@ -149,12 +158,12 @@ class ImageDeployed(Message):
 
 class ImageList(Message):
     op: ClassVar[str] = "image_list"
-    images: list[dict[str, Any]] = []
+    images: list[ImageSummary] = []
 
 
 class WorkflowList(Message):
     op: ClassVar[str] = "workflow_list"
-    workflows: list[dict[str, Any]] = []
+    workflows: list[WorkflowSummary] = []
 
 
 class Invoked(Message):
@@ -170,13 +179,13 @@ class PlanTaken(Message):
 
 class Cancelled(Message):
     op: ClassVar[str] = "cancelled"
-    state: str = ""
+    state: WorkflowState = WorkflowState.CANCELLED
     cancelled: list[str] = []  # the job ids the cancel stopped
 
 
 class FleetReply(Message):
     op: ClassVar[str] = "fleet_status"
-    devices: list[dict[str, Any]] = []
+    devices: list[DeviceStatus] = []
     dropped_messages: int = 0
     dropped_by_reason: dict[str, int] = {}
     compute: dict[str, Any] = {}

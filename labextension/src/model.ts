@@ -1,16 +1,16 @@
 import { IDisposable } from '@lumino/disposable';
 import { ISignal, Signal } from '@lumino/signaling';
 
+import { requestAPI } from './api';
 import {
-  ICancelReply,
-  IDevice,
-  IEventsReply,
-  IFleetReply,
-  IWorkflowDetail,
-  IWorkflowSummary,
-  IWorkflowsReply,
-  requestAPI
-} from './api';
+  CancelView,
+  DeviceStatus,
+  EventsView,
+  FleetView,
+  WorkflowDetail,
+  WorkflowSummary,
+  WorkflowsView
+} from './schema';
 
 /** Seconds the server may hold an events long-poll open. */
 const LONG_POLL_TIMEOUT_S = 25;
@@ -19,6 +19,25 @@ const LONG_POLL_BACKOFF_MS = 2000;
 /** An unchanged-seq reply faster than this means the server did not wait. */
 const MIN_IDLE_POLL_MS = 500;
 const WORKFLOW_LIMIT = 50;
+
+/** A QPU as the sidebar shows it: with its calibration's age. */
+export interface IFleetDevice extends DeviceStatus {
+  /** Seconds from the calibration to the server's clock; null when unknown. */
+  calibration_age_s: number | null;
+}
+
+/**
+ * Seconds from a device's calibration to `now` (the server's clock, so the
+ * browser's clock does not matter), at least 0; null when not known.
+ */
+export function calibrationAge(
+  device: DeviceStatus,
+  now: number
+): number | null {
+  return device.calibrated_at === null
+    ? null
+    : Math.max(0, now - device.calibrated_at);
+}
 
 function errorMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
@@ -41,12 +60,12 @@ export class QonductorModel implements IDisposable {
     return this._isDisposed;
   }
 
-  get devices(): readonly IDevice[] {
+  get devices(): readonly IFleetDevice[] {
     return this._devices;
   }
 
   /** Newest first. */
-  get workflows(): readonly IWorkflowSummary[] {
+  get workflows(): readonly WorkflowSummary[] {
     return this._workflows;
   }
 
@@ -110,15 +129,13 @@ export class QonductorModel implements IDisposable {
     return this._inflight;
   }
 
-  fetchWorkflow(id: string): Promise<IWorkflowDetail> {
-    return requestAPI<IWorkflowDetail>(
-      `workflows/${encodeURIComponent(id)}`
-    );
+  fetchWorkflow(id: string): Promise<WorkflowDetail> {
+    return requestAPI<WorkflowDetail>(`workflows/${encodeURIComponent(id)}`);
   }
 
   async cancel(id: string): Promise<void> {
     try {
-      await requestAPI<ICancelReply>(
+      await requestAPI<CancelView>(
         `workflows/${encodeURIComponent(id)}/cancel`,
         { method: 'POST' }
       );
@@ -140,26 +157,30 @@ export class QonductorModel implements IDisposable {
 
   private async _refreshOnce(): Promise<void> {
     const [fleet, workflows] = await Promise.allSettled([
-      requestAPI<IFleetReply>('fleet'),
-      requestAPI<IWorkflowsReply>(`workflows?limit=${WORKFLOW_LIMIT}`)
+      requestAPI<FleetView>('fleet'),
+      requestAPI<WorkflowsView>(`workflows?limit=${WORKFLOW_LIMIT}`)
     ]);
     if (this._isDisposed) {
       return;
     }
     let error: string | null = null;
     if (fleet.status === 'fulfilled') {
-      this._devices = fleet.value.devices ?? [];
+      const { devices, updated_at } = fleet.value;
+      this._devices = devices.map(device => ({
+        ...device,
+        calibration_age_s: calibrationAge(device, updated_at)
+      }));
     } else {
       error = errorMessage(fleet.reason);
     }
     if (workflows.status === 'fulfilled') {
       const reply = workflows.value;
       // Sort here rather than trust server order: the UI promises newest first.
-      this._workflows = [...(reply.workflows ?? [])].sort(
+      this._workflows = [...reply.workflows].sort(
         (a, b) => b.created_at - a.created_at
       );
-      this._runningJobs = reply.running_jobs ?? 0;
-      this._queuedJobs = reply.queued_jobs ?? 0;
+      this._runningJobs = reply.running_jobs;
+      this._queuedJobs = reply.queued_jobs;
     } else {
       error = error ?? errorMessage(workflows.reason);
     }
@@ -176,11 +197,11 @@ export class QonductorModel implements IDisposable {
     while (!this._isDisposed) {
       const started = Date.now();
       try {
-        const reply = await requestAPI<IEventsReply>(
+        const reply = await requestAPI<EventsView>(
           `events?after=${seq}&timeout=${LONG_POLL_TIMEOUT_S}`,
           { signal: this._abort.signal }
         );
-        const running = reply.orchestrator ?? true;
+        const running = reply.orchestrator;
         if (this._pollError !== null || running !== this._orchestrator) {
           this._pollError = null;
           this._orchestrator = running;
@@ -188,7 +209,7 @@ export class QonductorModel implements IDisposable {
         }
         // Any change, not only an increase: a lower seq means the server
         // restarted and its counter began again.
-        if (typeof reply.seq === 'number' && reply.seq !== seq) {
+        if (reply.seq !== seq) {
           seq = reply.seq;
           if (running) {
             void this.refresh();
@@ -215,8 +236,8 @@ export class QonductorModel implements IDisposable {
   private _abort = new AbortController();
   private _inflight: Promise<void> | null = null;
   private _again = false;
-  private _devices: IDevice[] = [];
-  private _workflows: IWorkflowSummary[] = [];
+  private _devices: IFleetDevice[] = [];
+  private _workflows: WorkflowSummary[] = [];
   private _runningJobs = 0;
   private _queuedJobs = 0;
   private _refreshError: string | null = null;

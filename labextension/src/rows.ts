@@ -1,17 +1,17 @@
 // Table rows of the sidebar, built from the REST replies' data.
-import {
-  CANCELLABLE_STATES,
-  IDevice,
-  IQpuJob,
-  IStep,
-  IWorkflowDetail,
-  IWorkflowSummary
-} from './api';
+import { CANCELLABLE_STATES } from './api';
 import { h } from './dom';
 import { DASH, formatAge, formatJct, formatWait, shortId } from './format';
+import { IFleetDevice } from './model';
+import {
+  JobStatus,
+  StepStatus,
+  WorkflowDetail,
+  WorkflowSummary
+} from './schema';
 
 /** Cached step details of an expanded workflow row, or why they failed. */
-export type Detail = { detail: IWorkflowDetail } | { failure: string };
+export type Detail = { detail: WorkflowDetail } | { failure: string };
 
 export function table(headers: string[], body: HTMLTableSectionElement): HTMLElement {
   return h(
@@ -30,7 +30,7 @@ export function emptyRow(span: number, text: string): HTMLTableRowElement {
   );
 }
 
-export function fleetRow(device: IDevice): HTMLTableRowElement {
+export function fleetRow(device: IFleetDevice): HTMLTableRowElement {
   const name = h('td', { class: 'jp-Qonductor-name' }, device.name);
   if (!device.online) {
     name.append(' ', h('span', { class: 'jp-Qonductor-offline' }, 'offline'));
@@ -54,7 +54,7 @@ export function fleetRow(device: IDevice): HTMLTableRowElement {
 }
 
 export function workflowRow(
-  wf: IWorkflowSummary,
+  wf: WorkflowSummary,
   expanded: boolean
 ): HTMLTableRowElement {
   const actions = h('td', { class: 'jp-Qonductor-actions' });
@@ -87,7 +87,7 @@ export function workflowRow(
         wf.state
       )
     ),
-    h('td', {}, wf.qpus && wf.qpus.length ? wf.qpus.join(', ') : DASH),
+    h('td', {}, wf.qpus.length ? wf.qpus.join(', ') : DASH),
     h('td', { class: 'jp-Qonductor-num' }, formatJct(wf.jct_s)),
     actions
   );
@@ -107,11 +107,9 @@ export function detailRow(
     if (wf.error) {
       cell.append(errorLine(wf.error));
     }
-    // Lenient: the step schema is owned by the Python side and may grow.
-    const steps = Array.isArray(wf.steps) ? wf.steps : [];
     cell.append(
-      steps.length
-        ? h('ol', { class: 'jp-Qonductor-steps' }, ...steps.map(stepItem))
+      wf.steps.length
+        ? h('ol', { class: 'jp-Qonductor-steps' }, ...wf.steps.map(stepItem))
         : 'No steps'
     );
   }
@@ -127,30 +125,29 @@ function errorLine(text: string): HTMLElement {
   return h('div', { class: 'jp-Qonductor-detail-error' }, text);
 }
 
-function stepItem(step: IStep): HTMLLIElement {
-  const state = step.state ?? 'unknown';
+function stepItem(step: StepStatus): HTMLLIElement {
   return h(
     'li',
-    { class: 'jp-Qonductor-step', 'data-step-id': String(step.id) },
-    `#${step.id} ${step.kind ?? 'step'} `,
+    { class: 'jp-Qonductor-step', 'data-step-id': step.id },
+    `#${step.id} ${step.kind} `,
     h(
       'span',
-      { class: `jp-Qonductor-state jp-Qonductor-state-${state}` },
-      state
+      { class: `jp-Qonductor-state jp-Qonductor-state-${step.state}` },
+      step.state
     ),
-    ...(step.qpu_jobs ?? []).map(job =>
+    ...step.qpu_jobs.map(job =>
       h('div', { class: 'jp-Qonductor-job' }, describeJob(job))
     )
   );
 }
 
-function describeJob(job: IQpuJob): string {
-  let text = `${job.id} on ${job.qpu ?? DASH}: ${job.state ?? '?'}`;
+function describeJob(job: JobStatus): string {
+  let text = `${job.id} on ${job.qpu ?? DASH}: ${job.state}`;
   const extra: string[] = [];
-  if (typeof job.queue_position === 'number') {
+  if (job.queue_position !== null) {
     extra.push(`queue #${job.queue_position}`);
   }
-  if (typeof job.est_start_s === 'number') {
+  if (job.est_start_s !== null) {
     extra.push(`starts in ~${formatWait(job.est_start_s)}`);
   }
   if (extra.length) {

@@ -6,6 +6,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
@@ -21,14 +22,16 @@ class QonductorHandler(APIHandler):
     def initialize(self, manager: QonductorManager) -> None:
         self.manager = manager
 
-    async def _reply(self, work: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+    async def _reply(self, work: Callable[[], Awaitable[msgspec.Struct]]) -> None:
+        """The work's reply as JSON (the shapes of ``core.status``, which the lab extension's
+        generated types describe), or ``{"message": ...}`` with the error's HTTP status."""
         try:
-            body = await work()
+            body = msgspec.json.encode(await work())
         except ManagerError as exc:
             self.set_status(exc.status)
-            body = {"message": exc.message}
+            body = json.dumps({"message": exc.message}).encode()
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(body))
+        self.finish(body)
 
     def _int_argument(self, name: str, default: int) -> int:
         raw = self.get_argument(name, str(default))

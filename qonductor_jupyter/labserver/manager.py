@@ -12,9 +12,14 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
-from kernel_server.core.jobs import FINAL_WORKFLOW_STATES
+from kernel_server.core.status import (
+    CancelView,
+    EventsView,
+    FleetView,
+    WorkflowDetail,
+    WorkflowsView,
+)
 from kernel_server.wire.errors import RemoteError
 from kernel_server.wire.messages import (
     Cancel,
@@ -113,55 +118,36 @@ class QonductorManager:
             self._changed.set()
 
     # ---------------------------------------------------------------- queries
-    async def fleet(self) -> dict[str, Any]:
+    async def fleet(self) -> FleetView:
         fleet = await self._ask(GetFleet())
-        now = time.time()
-        devices = []
-        for d in fleet.devices:
-            calibrated = d.get("calibrated_at")
-            devices.append(
-                {
-                    "name": d["name"],
-                    "family": d.get("family"),
-                    "num_qubits": d.get("num_qubits"),
-                    "online": bool(d.get("online", True)),
-                    "queue_length": d.get("queue_length", 0),
-                    "expected_wait_s": d.get("expected_wait_s", 0.0),
-                    "calibrated_at": calibrated,
-                    "calibration_age_s": None if calibrated is None else max(0.0, now - calibrated),
-                    "running": d.get("running"),
-                }
-            )
-        return {"devices": devices, "updated_at": now}
+        return FleetView(devices=fleet.devices, updated_at=time.time())
 
-    async def workflows(self, limit: int = 50) -> dict[str, Any]:
+    async def workflows(self, limit: int = 50) -> WorkflowsView:
         if not 1 <= limit <= 1000:
             raise ManagerError(400, f"limit must be between 1 and 1000, not {limit}")
-        listed = await self._ask(ListWorkflows(limit=limit))
-        rows = []
-        for w in listed.workflows:
-            finished = w.get("finished_at")
-            # JCT as the user lives it: from submission to the final state.
-            final = finished and w["state"] in FINAL_WORKFLOW_STATES
-            jct = finished - w["created_at"] if final else None
-            rows.append({**w, "jct_s": None if jct is None else round(jct, 3)})
-        return {
-            "workflows": rows,
-            "running_jobs": sum(w.get("jobs_running", 0) for w in rows),
-            "queued_jobs": sum(w.get("jobs_queued", 0) for w in rows),
-        }
+        rows = (await self._ask(ListWorkflows(limit=limit))).workflows
+        return WorkflowsView(
+            workflows=rows,
+            running_jobs=sum(w.jobs_running for w in rows),
+            queued_jobs=sum(w.jobs_queued for w in rows),
+        )
 
-    async def workflow(self, workflow_id: str) -> dict[str, Any]:
-        reply = await self._request(GetStatus(workflow_id=workflow_id))
-        data = reply.to_dict()
-        data.pop("outputs", None)  # pickled values mean nothing to a browser
-        return data
+    async def workflow(self, workflow_id: str) -> WorkflowDetail:
+        reply = await self._ask(GetStatus(workflow_id=workflow_id))
+        # Not the outputs: pickled values mean nothing to a browser.
+        return WorkflowDetail(
+            workflow_id=reply.workflow_id,
+            state=reply.state,
+            error=reply.error,
+            steps=reply.steps,
+            info=reply.info,
+        )
 
-    async def cancel(self, workflow_id: str) -> dict[str, Any]:
+    async def cancel(self, workflow_id: str) -> CancelView:
         reply = await self._ask(Cancel(workflow_id=workflow_id))
-        return {"workflow_id": workflow_id, "state": reply.state, "cancelled": reply.cancelled}
+        return CancelView(workflow_id=workflow_id, state=reply.state, cancelled=reply.cancelled)
 
-    async def wait_for_event(self, after: int, timeout: float) -> dict[str, Any]:
+    async def wait_for_event(self, after: int, timeout: float) -> EventsView:
         """Return as soon as something newer than event number ``after`` happened, else at
         ``timeout`` s, with whether an orchestrator is running."""
         self._loop = loop = asyncio.get_running_loop()
@@ -173,7 +159,7 @@ class QonductorManager:
             running = await loop.run_in_executor(None, self._follow_orchestrator)
             left = deadline - loop.time()
             if self.seq > after or left <= 0:
-                return {"seq": self.seq, "orchestrator": running}
+                return EventsView(seq=self.seq, orchestrator=running)
             # Look again for an orchestrator that starts (or dies) meanwhile.
             try:
                 await asyncio.wait_for(self._changed.wait(), min(left, 0.5 if not running else 5))

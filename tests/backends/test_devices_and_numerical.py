@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
+import msgspec
 import pytest
 from qiskit import QuantumCircuit
 from qiskit.circuit.library import QFTGate
@@ -27,6 +26,7 @@ from kernel_server.backends.devices import (
     forget_calibration,
     load_backend,
 )
+from kernel_server.core.status import DeviceInfo
 from kernel_server.estimator.numerical import NumericalEstimator, numerical_estimate
 
 
@@ -111,12 +111,12 @@ def test_calibration_id_is_stable_and_tracks_the_target() -> None:
 
 def test_device_info_serializes() -> None:
     info = device_info("FakeKolkataV2")
-    data = json.loads(json.dumps(info.to_dict()))
-    assert data["name"] == "fake_kolkata"
-    assert data["num_qubits"] == 27
-    assert data["family"] == "Falcon"
-    assert data["calibration_id"] == calibration_id(load_backend("kolkata"))
-    assert set(data["basis_gates"]) == {"cx", "id", "rz", "sx", "x"}
+    data = msgspec.json.decode(msgspec.json.encode(info), type=DeviceInfo)
+    assert data == info and data.name == "fake_kolkata"
+    assert data.num_qubits == 27
+    assert data.family == "Falcon"
+    assert data.calibration_id == calibration_id(load_backend("kolkata"))
+    assert set(data.basis_gates) == {"cx", "id", "rz", "sx", "x"}
 
 
 # -- numerical estimator ----------------------------------------------------------------------

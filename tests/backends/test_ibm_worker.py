@@ -15,7 +15,6 @@ from qiskit_ibm_runtime.fake_provider import FakeLimaV2, FakeManilaV2
 from qiskit_ibm_runtime.models import BackendStatus
 
 from kernel_server.backends import account as account_module
-from kernel_server.backends.devices import DeviceInfo
 from kernel_server.backends.ibm import (
     DeviceChange,
     IBMDevice,
@@ -133,10 +132,9 @@ def test_cancel_is_best_effort(backend, isa):
 
 def test_info_describes_the_device(backend):
     info = IBMDevice(backend).info()
-    assert set(info) == set(DeviceInfo.__dataclass_fields__) | {"kind", "local_testing"}
-    assert info["kind"] == "ibm" and info["local_testing"] is True
-    assert info["name"] == "fake_manila" and info["num_qubits"] == 5
-    assert info["calibration_id"].startswith("fake_manila@")
+    assert info.kind == "ibm" and info.local_testing is True
+    assert info.name == "fake_manila" and info.num_qubits == 5
+    assert info.calibration_id.startswith("fake_manila@") and not info.billed
 
 
 def test_submit_checks_its_arguments(backend, isa):
@@ -167,7 +165,7 @@ def test_refresh_calibration_sees_a_target_changed_in_place(fresh_backend):
     update = device.refresh_calibration()
     assert update.changed is True
     assert update.calibration_id != before and device.calibration_id == update.calibration_id
-    assert device.info()["calibration_id"] == update.calibration_id
+    assert device.info().calibration_id == update.calibration_id
     assert device.refresh_calibration().changed is False
 
 

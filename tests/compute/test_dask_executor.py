@@ -49,12 +49,12 @@ def test_steps_and_simulations_land_on_dask_workers(dask_orchestrator):
     _, outputs = api.collect(workflow_id, namespace, timeout=180)
     assert outputs["n"] == 100
     steps = _steps(workflow_id)
-    classical = [s for s in steps if s["kind"] == "classical"]
-    assert classical and {s["worker"] for s in classical} <= workers, steps
+    classical = [s for s in steps if s.kind == "classical"]
+    assert classical and {s.worker for s in classical} <= workers, steps
     # The step that calls sample() waits on the orchestrator's own step pool (see DaskCompute).
-    assert all(s["worker"].startswith("local:") for s in steps if s["kind"] != "classical")
-    (job,) = [j for s in steps for j in s["qpu_jobs"]]
-    assert job["worker"] in workers and job["state"] == "done"
+    assert all(s.worker.startswith("local:") for s in steps if s.kind != "classical")
+    (job,) = [j for s in steps for j in s.qpu_jobs]
+    assert job.worker in workers and job.state == "done"
 
 
 def test_a_step_error_reads_as_on_the_local_pools(dask_orchestrator):
@@ -87,13 +87,13 @@ def test_a_killed_worker_s_step_finishes_on_another(dask_orchestrator):
     reply = api.wait(workflow_id, 180)
     assert reply.state == "done", reply.error
     first = _steps(workflow_id)[0]
-    assert first["worker"] and first["worker"] != victim
-    assert first["worker"] in set(dask.scheduler_info()["workers"])
+    assert first.worker and first.worker != victim
+    assert first.worker in set(dask.scheduler_info()["workers"])
 
 
 def test_cancel_behaves_as_on_the_local_pools(dask_orchestrator):
     workflow_id, _ = api.submit_cell("import time\ntime.sleep(30)\n" + BELL, {})
-    wait_for(lambda: _steps(workflow_id)[0]["state"] == "running", 60)
+    wait_for(lambda: _steps(workflow_id)[0].state == "running", 60)
     api.cancel(workflow_id)
     assert api.wait(workflow_id, 30).state == "cancelled"
     # The cluster still serves the next workflow.

@@ -29,7 +29,7 @@ def own_orchestrator(tmp_path):
 
 def test_kill_9_with_20_workflows_queued_or_running(own_orchestrator):
     ids = [api.submit_cell(_cell(0.5 + (i % 4) * 0.5), {})[0] for i in range(20)]
-    wait_for(lambda: any(w["state"] == "running" for w in api.list_workflows(limit=20)), 60)
+    wait_for(lambda: any(w.state == "running" for w in api.list_workflows(limit=20)), 60)
     os.kill(own_orchestrator.pid, signal.SIGKILL)
     wait_for(lambda: not pid_alive(own_orchestrator.pid), 10)
 
@@ -40,7 +40,7 @@ def test_kill_9_with_20_workflows_queued_or_running(own_orchestrator):
     for workflow_id in ids:
         counts = api.workflow_results(workflow_id)["c"]
         assert sum(counts.values()) == 20  # each result retrievable, from exactly one run
-    listed = [w["id"] for w in api.list_workflows(limit=100)]
+    listed = [w.id for w in api.list_workflows(limit=100)]
     assert sorted(listed) == sorted(ids)  # none lost, none duplicated
 
 
@@ -69,14 +69,14 @@ def test_cancel_reaches_a_job_waiting_in_a_qpu_queue(tmp_path):
         workflow_id, _ = api.submit_cell(_cell(0), {})
 
         def qpu_jobs():
-            return [j for s in api.workflow_info(workflow_id).steps for j in s["qpu_jobs"]]
+            return [j for s in api.workflow_info(workflow_id).steps for j in s.qpu_jobs]
 
-        wait_for(lambda: [j["state"] for j in qpu_jobs()] == ["queued"], 120)
+        wait_for(lambda: [j.state for j in qpu_jobs()] == ["queued"], 120)
         api.cancel(workflow_id)
         assert api.wait(workflow_id, 30).state == "cancelled"
         time.sleep(3)  # long enough for the QPU to have reached it, had it stayed queued
         (job,) = qpu_jobs()
-        assert job["state"] == "cancelled" and job["run_s"] is None  # it never ran
+        assert job.state == "cancelled" and job.run_s is None  # it never ran
 
 
 def test_a_job_running_on_a_billed_qpu_is_not_run_again_after_a_crash(tmp_path, monkeypatch):
@@ -100,15 +100,15 @@ def test_a_job_running_on_a_billed_qpu_is_not_run_again_after_a_crash(tmp_path, 
         workflow_id, _ = api.submit_cell(cell, {}, config={"qpu": {"backends": ["fake_manila"]}})
 
         def qpu_jobs():
-            return [j for s in api.workflow_info(workflow_id).steps for j in s["qpu_jobs"]]
+            return [j for s in api.workflow_info(workflow_id).steps for j in s.qpu_jobs]
 
-        wait_for(lambda: [j["state"] for j in qpu_jobs()] == ["running"], 120)
+        wait_for(lambda: [j.state for j in qpu_jobs()] == ["running"], 120)
         os.kill(info.pid, signal.SIGKILL)
         wait_for(lambda: not pid_alive(info.pid), 10)
 
         reply = api.wait(workflow_id, 120)  # this request starts the new orchestrator
         assert read_connection().pid != info.pid
         assert reply.state == "failed" and "not paid for twice" in reply.error
-        assert [j["state"] for j in qpu_jobs()] == ["failed"]
+        assert [j.state for j in qpu_jobs()] == ["failed"]
     finally:
         client_module.stop_server()

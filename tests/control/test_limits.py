@@ -46,7 +46,7 @@ def test_a_too_wide_circuit_or_too_many_shots_fail_their_step_before_running(lim
     assert reply.state == "failed" and "4 qubits exceeds this orchestrator's limit of 3" in (
         reply.error
     )
-    assert not [j for s in api.workflow_info(wide).steps for j in s["qpu_jobs"]]  # no QPU job
+    assert not [j for s in api.workflow_info(wide).steps for j in s.qpu_jobs]  # no QPU job
     many, _ = api.submit_cell(_circuit_cell(1, 2000), {})
     reply = api.wait(many, 60)
     assert reply.state == "failed" and "2000 shots exceed" in reply.error

@@ -39,26 +39,34 @@ from kernel_server.control.events import (
 from kernel_server.control.machine import UserError, WorkflowMachine, kinds
 from kernel_server.core.deployment import ConfigError, RunOptions, run_options
 from kernel_server.core.jobs import IllegalTransition, JobState, WorkflowRun, WorkflowState
+from kernel_server.core.status import Plan
 from kernel_server.tasks.step import StepOutcome
 
 pytestmark = pytest.mark.unit
 
 CALLER = (b"worker-1", "rid-1", "cap-1")
+
+
+def _plan(backend: str, mitigation: str, fidelity: float, seconds: float, post_s: float) -> Plan:
+    return Plan(
+        rank=0,
+        backend=backend,
+        mitigation=mitigation,
+        accelerator="none",
+        shots=1000,
+        fidelity=fidelity,
+        numerical_fidelity=fidelity,
+        quantum_seconds=seconds,
+        classical_seconds=post_s,
+        cost=0.0,
+        num_circuits=1,
+        total_shots=1000,
+    )
+
+
 PLANS = [  # two plans on the front: fast and noisy, slow and good
-    {
-        "template": "t0",
-        "mitigation": "none",
-        "fidelity": 0.80,
-        "quantum_seconds": 1.0,
-        "classical_seconds": 0.0,
-    },
-    {
-        "template": "t1",
-        "mitigation": "zne",
-        "fidelity": 0.95,
-        "quantum_seconds": 9.0,
-        "classical_seconds": 1.0,
-    },
+    _plan("t0", "none", 0.80, 1.0, 0.0),
+    _plan("t1", "zne", 0.95, 9.0, 1.0),
 ]
 
 
@@ -286,9 +294,10 @@ def test_plan_auto_picks_by_priority_and_marks_the_choice_on_the_job() -> None:
     job_id = start_qpu_job(m, "wf", 0)
     out = m.handle(PlansReady(job_id, PLANS))
     decided = of(out, PlanDecided)[0]
-    assert decided.plan is not None and decided.plan["template"] == "t1"
+    assert decided.plan is not None and decided.plan.backend == "t1"
     job = m.qpu_jobs[job_id][1]
-    assert [p["chosen"] for p in job.plans or []] == [False, True]
+    assert isinstance(job.plans, list) and [p.chosen for p in job.plans] == [False, True]
+    assert not job.awaiting_choice
 
 
 def test_plan_ask_waits_for_the_user_then_runs_their_choice() -> None:
@@ -297,11 +306,14 @@ def test_plan_ask_waits_for_the_user_then_runs_their_choice() -> None:
     job_id = start_qpu_job(m, "wf", 0)
     out = m.handle(PlansReady(job_id, PLANS))
     assert kinds(out) == ["Persist"] and out[0].cause == "2 plans ready; waiting for a choice"
-    assert all(p["awaiting_choice"] for p in m.qpu_jobs[job_id][1].plans or [])
+    job = m.qpu_jobs[job_id][1]
+    assert job.awaiting_choice and job.plans == PLANS
     with pytest.raises(UserError, match="from 0 to 1"):
         m.handle(PlanChosen("wf", 0, 5))
     out = m.handle(PlanChosen("wf", 0, 0))
-    assert of(out, PlanDecided)[0].plan["template"] == "t0"  # type: ignore[index]
+    decided = of(out, PlanDecided)[0].plan
+    assert decided is not None and decided.backend == "t0" and decided.chosen
+    assert not job.awaiting_choice
     with pytest.raises(UserError, match="already runs with its chosen plan"):
         m.handle(PlanChosen("wf", 0, 1))  # chosen once
 

@@ -1,6 +1,10 @@
 """Pure parts: placement baselines, configuration checks, the SQLite store and registry."""
 
+import json
+
+import msgspec
 import pytest
+from test_machine import PLANS
 
 from kernel_server.control.registry import Registry, UnknownImage
 from kernel_server.control.store import Store
@@ -12,6 +16,7 @@ from kernel_server.core.deployment import (
     validate_config,
 )
 from kernel_server.core.jobs import JobState, WorkflowRun, WorkflowState
+from kernel_server.core.status import PlanError
 from kernel_server.scheduler.placement import Candidate, NoCandidate, place
 
 CANDS = [Candidate("a", 0.90, 30.0), Candidate("b", 0.89, 1.0), Candidate("c", 0.70, 0.0)]
@@ -126,11 +131,21 @@ def test_store_keeps_plans_and_migrates_older_databases(tmp_path):
     old.commit()
     old.close()
     store = Store(path)
-    plans = [{"rank": 0, "backend": "Falcon-27", "mitigation": "zne", "fidelity": 0.9}]
-    store.save_job(JobRecord(id="j1", workflow_id="w", kind="qpu", plans=plans))
+    store.save_job(JobRecord(id="j1", workflow_id="w", kind="qpu", plans=PLANS))
+    error = PlanError(error="QiskitError: no model")
+    store.save_job(JobRecord(id="j2", workflow_id="w", kind="qpu", plans=error))
+    store.save_job(JobRecord(id="j3", workflow_id="w", kind="qpu", plans=PLANS[:1]))
+    store.save_job(JobRecord(id="j4", workflow_id="w", kind="qpu", awaiting_choice=True))
+    # Rows of the version that kept plans as dicts: the error sentinel, a plan with its marks.
+    old_plan = {**msgspec.to_builtins(PLANS[0]), "chosen": True, "number": 0}
+    for job_id, text in (("j2", [{"error": "QiskitError: no model"}]), ("j3", [old_plan])):
+        store._exec("UPDATE jobs SET plans=? WHERE id=?", (json.dumps(text), job_id))
     by_id = {j.id: j for j in store.jobs("w")}
     assert by_id["j0"].plans is None and by_id["j0"].state is JobState.DONE
-    assert by_id["j1"].plans == plans
+    assert by_id["j1"].plans == PLANS and not by_id["j1"].awaiting_choice
+    assert by_id["j2"].plans == error
+    assert by_id["j3"].plans == [msgspec.structs.replace(PLANS[0], chosen=True)]
+    assert by_id["j4"].awaiting_choice
 
 
 def test_run_options_are_defaulted_once_and_survive_the_store(tmp_path):

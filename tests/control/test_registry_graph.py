@@ -14,7 +14,7 @@ def test_an_image_keeps_a_graph_the_splitter_made_and_refuses_a_malformed_one(tm
     registry = Registry(tmp_path)
     graph = split_cell("x = 1\ny = x + 1\n").to_dict()
     image = registry.create("x = 1\ny = x + 1\n", graph, {}, None, {})
-    assert image.summary()["steps"] == len(graph["steps"])
+    assert image.summary().steps == len(graph["steps"])
     with pytest.raises(GraphError, match="malformed workflow graph: KeyError"):
         registry.create("x = 1", {"steps": [{"id": 0}], "edges": []}, {}, None, {})
     broken = dict(graph, edges=[[0, 7]])

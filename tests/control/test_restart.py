@@ -40,7 +40,7 @@ def test_killed_orchestrator_restarts_and_keeps_workflows(orchestrator):
         time.sleep(0.1)
 
     # The next call finds it dead, starts a new one, and both workflows are still there.
-    listed = {w["id"]: w["state"] for w in qj.list_workflows()}
+    listed = {w.id: w.state for w in qj.list_workflows()}
     new = read_connection()
     assert new.pid != old.pid
     assert listed[done_id] == "done"

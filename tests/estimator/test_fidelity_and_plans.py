@@ -311,7 +311,7 @@ def test_plans_are_pareto_ranked_over_every_combination():
             assert any(q.rank == p.rank - 1 for q in dominated_by)
     best3 = resource_plans(ghz(4), backends=templates.values())
     assert len(best3) == 3 and all(p.rank == 0 for p in best3[: len(best3)])
-    assert [p.to_dict() for p in best3] == [p.to_dict() for p in plans[:3]]
+    assert [p.to_plan() for p in best3] == [p.to_plan() for p in plans[:3]]
 
 
 def test_rank_plans_puts_the_extremes_of_the_front_first():

@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 
+from kernel_server.core.status import DeviceInfo
 from kernel_server.fleet.queues import SimulatedQPU, background_arrivals, qpu_runner
 from kernel_server.fleet.spec import FleetConfigError, fleet_spec_from_dict, load_fleet_spec
 
@@ -77,7 +78,10 @@ def test_a_missing_or_broken_file(tmp_path):
 
 def test_background_jobs_occupy_a_simulated_qpu_in_fifo_order():
     async def scenario():
-        qpu = SimulatedQPU("fake_kolkata", {"num_qubits": 27, "family": "Falcon"})
+        qpu = SimulatedQPU(
+            "fake_kolkata",
+            DeviceInfo(name="fake_kolkata", num_qubits=27, family="Falcon", calibration_id="c0"),
+        )
 
         async def execute(*args):  # only other users' jobs are queued: none of ours runs
             raise AssertionError("no job of ours was queued")
@@ -99,7 +103,10 @@ def test_background_jobs_occupy_a_simulated_qpu_in_fifo_order():
 def test_recent_busy_time_forgets_runs_older_than_its_window():
     import time
 
-    qpu = SimulatedQPU("fake_kolkata", {"num_qubits": 27, "family": "Falcon"})
+    qpu = SimulatedQPU(
+        "fake_kolkata",
+        DeviceInfo(name="fake_kolkata", num_qubits=27, family="Falcon", calibration_id="c0"),
+    )
     now = time.time()
     qpu.recent_runs.extend([(now - 7200.0, 50.0), (now - 30.0, 40.0), (now - 5.0, 8.0)])
     # The 2-hour-old run is gone; of a run that straddles the window's start, only its part in it:
@@ -117,7 +124,8 @@ def test_the_orchestrator_schedules_with_the_fleet_files_balance(tmp_path):
     async def scenario():
         orch = Orchestrator(tmp_path, FleetSpec(("fake_kolkata",), balance=0.05))
         qpu = orch.qpus["fake_kolkata"] = SimulatedQPU(
-            "fake_kolkata", {"num_qubits": 27, "family": "Falcon"}
+            "fake_kolkata",
+            DeviceInfo(name="fake_kolkata", num_qubits=27, family="Falcon", calibration_id="c0"),
         )
         qpu.record_run(12.0)
         views = orch.manager._qpu_views()

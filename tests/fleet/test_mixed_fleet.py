@@ -33,10 +33,10 @@ def mixed_orchestrator(tmp_path_factory):
 
 
 def test_the_fleet_lists_simulated_and_ibm_qpus(mixed_orchestrator):
-    devices = {d["name"]: d for d in api.fleet()}
+    devices = {d.name: d for d in api.fleet()}
     assert set(devices) == {"fake_kolkata", "fake_manila"}
-    assert devices["fake_manila"]["kind"] == "ibm" and devices["fake_manila"]["local_testing"]
-    assert devices["fake_kolkata"].get("kind") != "ibm"
+    assert devices["fake_manila"].kind == "ibm" and devices["fake_manila"].local_testing
+    assert devices["fake_kolkata"].kind != "ibm"
 
 
 def test_a_job_on_the_ibm_qpu_goes_through_the_sampler(mixed_orchestrator):
@@ -49,9 +49,9 @@ def test_a_job_on_the_ibm_qpu_goes_through_the_sampler(mixed_orchestrator):
     _, outputs = api.collect(workflow_id, namespace, timeout=180)
     counts = outputs["counts"]
     assert sum(counts.values()) == 200 and counts.get("01", 0) >= 150  # bit 0 set, little noise
-    (job,) = [j for s in api.workflow_info(workflow_id).steps for j in s["qpu_jobs"]]
-    assert job["qpu"] == "fake_manila" and job["worker"] == "ibm:fake_manila"
-    assert job["method"] == "local-testing:sampler-job"
+    (job,) = [j for s in api.workflow_info(workflow_id).steps for j in s.qpu_jobs]
+    assert job.qpu == "fake_manila" and job.worker == "ibm:fake_manila"
+    assert job.method == "local-testing:sampler-job"
 
 
 def _orchestrator(tmp_path):

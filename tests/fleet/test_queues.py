@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from kernel_server.core.jobs import JobRecord, JobState
+from kernel_server.core.status import DeviceInfo
 from kernel_server.fleet.queues import JobQueue, QueuedJob, SimulatedQPU
 
 pytestmark = pytest.mark.unit
@@ -19,7 +20,9 @@ def queued(job_id: str) -> QueuedJob:
 
 def test_jobs_leave_in_order_a_getter_waits_and_positions_skip_cancelled_jobs() -> None:
     async def scenario() -> None:
-        qpu = SimulatedQPU("fake_a", {"num_qubits": 5, "family": "Falcon"})
+        qpu = SimulatedQPU(
+            "fake_a", DeviceInfo(name="fake_a", num_qubits=5, family="Falcon", calibration_id="c0")
+        )
         getter = asyncio.ensure_future(qpu.queue.get())
         await asyncio.sleep(0)
         assert not getter.done()  # nothing queued yet: it waits

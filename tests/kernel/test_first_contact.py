@@ -25,7 +25,7 @@ def run(shell, cell, line=""):
 
 
 def last_workflow():
-    return qj.list_workflows(1)[0]["id"]
+    return qj.list_workflows(1)[0].id
 
 
 # ------------------------------------------------------------------ 1. explicit imports
@@ -63,7 +63,7 @@ def test_a_cell_that_imports_sample_runs_on_a_qpu(shell):
     assert result.success, result.error_in_exec
     assert sum(shell.user_ns["c2"].values()) == 32
     steps = qj.workflow_info(last_workflow()).steps
-    assert [s["kind"] for s in steps] == ["classical", "quantum"] and steps[1]["qpu_jobs"]
+    assert [s.kind for s in steps] == ["classical", "quantum"] and steps[1].qpu_jobs
 
 
 def test_sample_outside_any_cell_is_a_one_step_workflow(orchestrator):
@@ -135,7 +135,7 @@ def test_a_helper_from_an_earlier_cell_makes_its_caller_quantum(shell):
     result = run(shell, "again = run_circ(qc)\n")
     assert result.success, result.error_in_exec
     assert sum(shell.user_ns["again"].values()) == 20
-    assert [s["kind"] for s in qj.workflow_info(last_workflow()).steps] == ["hybrid"]
+    assert [s.kind for s in qj.workflow_info(last_workflow()).steps] == ["hybrid"]
 
 
 def test_a_helper_from_a_plain_cell_reads_the_notebooks_globals(shell):
@@ -232,8 +232,8 @@ def test_config_messages_and_inline_mappings(shell):
     assert "0-qubit" not in text and "does not exist" not in text
     result = run(shell, BELL + "c = sample(qc, shots=20)\n", "--config {'qpu': {'min_qubits': 30}}")
     assert result.success, result.error_in_exec
-    (job,) = qj.workflow_info(last_workflow()).steps[1]["qpu_jobs"]
-    assert job["qpu"] == "fake_prague"  # the only 33-qubit QPU of the small fleet
+    (job,) = qj.workflow_info(last_workflow()).steps[1].qpu_jobs
+    assert job.qpu == "fake_prague"  # the only 33-qubit QPU of the small fleet
 
 
 # ------------------------------------------------------------------ 9. in place
@@ -279,19 +279,19 @@ def test_a_loop_weighs_its_plan_over_every_call(shell):
     cell = BELL + "for i in range(30):\n    c = sample(qc)\n"
     result = run(shell, cell, "--seed 2")
     assert result.success, result.error_in_exec
-    (step,) = [s for s in qj.workflow_info(last_workflow()).steps if s["kind"] == "hybrid"]
-    plans = step["qpu_jobs"][0]["plans"]
-    chosen = next(p for p in plans if p.get("chosen"))
-    front = [p for p in plans if p["rank"] == 0]
-    fastest = min(p["quantum_seconds"] + p["classical_seconds"] for p in front)
+    (step,) = [s for s in qj.workflow_info(last_workflow()).steps if s.kind == "hybrid"]
+    plans = step.qpu_jobs[0].plans
+    chosen = next(p for p in plans if p.chosen)
+    front = [p for p in plans if p.rank == 0]
+    fastest = min(p.quantum_seconds + p.classical_seconds for p in front)
     single = qj.workflow_info(_single_call_workflow(shell))
-    single_plans = single.steps[1]["qpu_jobs"][0]["plans"]
-    one = next(p for p in single_plans if p.get("chosen"))
-    budget = one["quantum_seconds"] + one["classical_seconds"] - fastest
-    extra = chosen["quantum_seconds"] + chosen["classical_seconds"] - fastest
-    assert budget > 0 and one["mitigation"] != "none"  # the one-call choice pays for mitigation
+    single_plans = single.steps[1].qpu_jobs[0].plans
+    one = next(p for p in single_plans if p.chosen)
+    budget = one.quantum_seconds + one.classical_seconds - fastest
+    extra = chosen.quantum_seconds + chosen.classical_seconds - fastest
+    assert budget > 0 and one.mitigation != "none"  # the one-call choice pays for mitigation
     assert 30 * extra <= budget + 1e-6  # the loop pays the plan 30 times
-    assert len(step["qpu_jobs"]) == 30
+    assert len(step.qpu_jobs) == 30
 
 
 def _single_call_workflow(shell):
@@ -319,9 +319,9 @@ def test_choose_right_after_a_plan_ask_cell_waits_for_the_plans(shell):
 def test_unnamed_cells_do_not_inherit_an_earlier_name(shell):
     cell = BELL + "c = sample(qc, shots=10)\n"
     assert run(shell, cell, "--name bell-run").success
-    assert qj.list_workflows(1)[0]["name"] == "bell-run"
+    assert qj.list_workflows(1)[0].name == "bell-run"
     assert run(shell, cell).success
-    assert qj.list_workflows(1)[0]["name"] != "bell-run"
+    assert qj.list_workflows(1)[0].name != "bell-run"
 
 
 def test_plan_header_does_not_say_none_marked_above_a_marked_plan(shell, capsys):

@@ -461,7 +461,7 @@ def test_mitigation_by_hand_runs_laid_out_once_and_pins_the_plan(shell):
     assert result.error_in_exec is None
     p = shell.user_ns["p"]
     assert p.get("000", 0) + p.get("111", 0) > 0.9
-    wid = qj.list_workflows()[0]["id"]
-    (job,) = [j for s in qj.workflow_info(wid).steps for j in s["qpu_jobs"]]
-    assert {plan["mitigation"] for plan in job["plans"]} == {"none"}
-    assert "mitigated" not in (job["method"] or "")
+    wid = qj.list_workflows()[0].id
+    (job,) = [j for s in qj.workflow_info(wid).steps for j in s.qpu_jobs]
+    assert {plan.mitigation for plan in job.plans} == {"none"}
+    assert "mitigated" not in (job.method or "")

@@ -64,7 +64,7 @@ def test_handle_timeout_and_cancel(shell):
 
 def test_line_magics_status_plans_result_jobs(shell):
     shell.run_cell(f"%%qonductor --seed 3\n{ZERO}")
-    wid = shell.run_line_magic("qonductor", "jobs")[0]["id"]
+    wid = shell.run_line_magic("qonductor", "jobs")[0].id
     report = shell.run_line_magic("qonductor", f"status {wid}")
     assert report.state == "done"
     plans = shell.run_line_magic("qonductor", f"plans {wid}")
@@ -90,10 +90,10 @@ def test_config_sets_defaults_and_rejects_bad_values(shell):
             "q.measure_all()\nc = sample(q)\n"
         )
         assert sum(shell.user_ns["c"].values()) == 7
-        wid = shell.run_line_magic("qonductor", "jobs")[0]["id"]
+        wid = shell.run_line_magic("qonductor", "jobs")[0].id
         from qonductor_jupyter import api
 
-        assert api.workflow_info(wid).info["options"]["priority"] == "jct"
+        assert api.workflow_info(wid).info.options.priority == "jct"
         settings = next(c for c in shell.configurables if type(c).__name__ == "Qonductor")
         # %config logs a bad value and keeps the old one; set directly, it raises.
         shell.run_line_magic("config", "Qonductor.default_shots = 0")

@@ -7,6 +7,7 @@ import time
 import pytest
 from helpers import wait_for
 
+from kernel_server.core.status import Plan
 from qonductor_jupyter import api
 from qonductor_jupyter.errors import QonductorError
 from qonductor_jupyter.plan_widget import PlanSelectionWidget, ranked, scatter_svg
@@ -31,16 +32,15 @@ def test_widget_shows_plans_reranks_and_runs_the_clicked_plan(orchestrator):
             by_preference[preference] = step.recommended
             assert step.order[0] == step.recommended
         fid, fast = (step.plans[by_preference[k]] for k in ("fidelity", "jct"))
-        assert fid["fidelity"] >= fast["fidelity"]
-        seconds = lambda p: p["quantum_seconds"] + p["classical_seconds"]  # noqa: E731
-        assert seconds(fast) <= seconds(fid)
-        pick = next(i for i, p in enumerate(step.plans) if p["mitigation"] == "rem")
+        assert fid.fidelity >= fast.fidelity
+        assert fast.seconds <= fid.seconds
+        pick = next(i for i, p in enumerate(step.plans) if p.mitigation == "rem")
         step.buttons[pick].click()
         assert widget.chosen == {step.step_id: pick} and step.buttons[pick].disabled
         values = api.workflow_results(wid, timeout=120)
         assert sum(values["c"].values()) == 300
-        (job,) = [j for s in api.workflow_info(wid).steps for j in s["qpu_jobs"]]
-        assert job["plans"][pick]["chosen"] and job["method"] == "mitigated:rem"
+        (job,) = [j for s in api.workflow_info(wid).steps for j in s.qpu_jobs]
+        assert job.plans[pick].chosen and job.method == "mitigated:rem"
         # A second click is refused by the orchestrator and said in the widget.
         widget._on_choose(step.step_id, 0)
         assert "could not choose plan 0" in widget.status.value
@@ -54,9 +54,9 @@ def test_choose_line_magic_and_bad_choices(shell, capsys):
     assert "%qonductor choose" in capsys.readouterr().out  # plain IPython: no widget
     wait_for(
         lambda: any(
-            j.get("plans") and j["plans"][0].get("awaiting_choice")
+            j.awaiting_choice and j.plans
             for s in api.workflow_info(job.workflow_id).steps
-            for j in s["qpu_jobs"]
+            for j in s.qpu_jobs
         )
     )
     with pytest.raises(QonductorError, match="choose a plan number from 0 to"):
@@ -74,19 +74,41 @@ def test_choose_line_magic_and_bad_choices(shell, capsys):
 
 def test_cancelling_a_workflow_that_waits_for_a_plan(orchestrator):
     wid, _ = api.submit_cell(CELL, {}, plan="ask")
-    wait_for(lambda: api.workflow_info(wid).steps[1]["qpu_jobs"])
+    wait_for(lambda: api.workflow_info(wid).steps[1].qpu_jobs)
     api.cancel(wid)
     wait_for(lambda: api.workflow_status(wid) == "cancelled", 30)
 
 
 def test_ranking_and_scatter_are_pure():
+    def plan(
+        rank: int,
+        fidelity: float,
+        q_s: float,
+        c_s: float,
+        backend: str,
+        stack: str,
+        accelerator: str,
+        cost: float,
+    ) -> Plan:
+        return Plan(
+            rank=rank,
+            backend=backend,
+            mitigation=stack,
+            accelerator=accelerator,
+            shots=1000,
+            fidelity=fidelity,
+            numerical_fidelity=fidelity,
+            quantum_seconds=q_s,
+            classical_seconds=c_s,
+            cost=cost,
+            num_circuits=1,
+            total_shots=1000,
+        )
+
     plans = [
-        {"rank": 0, "fidelity": 0.99, "quantum_seconds": 9.0, "classical_seconds": 1.0,
-         "backend": "A", "mitigation": "zne", "accelerator": "standard-vm", "cost": 5.0},
-        {"rank": 0, "fidelity": 0.90, "quantum_seconds": 1.0, "classical_seconds": 0.0,
-         "backend": "A", "mitigation": "none", "accelerator": "none", "cost": 1.0},
-        {"rank": 1, "fidelity": 0.89, "quantum_seconds": 2.0, "classical_seconds": 0.0,
-         "backend": "B", "mitigation": "none", "accelerator": "none", "cost": 2.0},
+        plan(0, 0.99, 9.0, 1.0, "A", "zne", "standard-vm", 5.0),
+        plan(0, 0.90, 1.0, 0.0, "A", "none", "none", 1.0),
+        plan(1, 0.89, 2.0, 0.0, "B", "none", "none", 2.0),
     ]  # fmt: skip
     assert ranked(plans, "fidelity") == ([0, 1, 2], 0)
     assert ranked(plans, "jct") == ([1, 0, 2], 1)

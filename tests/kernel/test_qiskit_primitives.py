@@ -35,7 +35,7 @@ def bell(measure=True):
 
 
 def qpu_jobs(workflow_id):
-    return [j for s in qj.workflow_info(workflow_id).steps for j in s["qpu_jobs"]]
+    return [j for s in qj.workflow_info(workflow_id).steps for j in s.qpu_jobs]
 
 
 def tvd(a, b, shots):
@@ -68,9 +68,9 @@ def test_sampler_sweep_is_one_qpu_job_with_qiskits_shapes_and_registers(orchestr
             )
             assert tvd(ours, theirs, 600) < 0.15, (name, index, ours, theirs)
     (qpu_job,) = qpu_jobs(job.job_id())
-    assert qpu_job["num_circuits"] == 6 and qpu_job["mitigation"] == "none"
+    assert qpu_job.num_circuits == 6 and qpu_job.mitigation == "none"
     metadata = result[0].metadata
-    assert metadata["qpu"] == qpu_job["qpu"] and metadata["shots"] == 600
+    assert metadata["qpu"] == qpu_job.qpu and metadata["shots"] == 600
     assert metadata["mitigation"] == "none" and 0 < metadata["estimated_fidelity"] <= 1
     assert metadata["queue_s"] >= 0 and metadata["run_s"] > 0
     assert job.status() is JobStatus.DONE and job.done() and not job.running()
@@ -90,7 +90,7 @@ def test_estimator_pub_is_one_qpu_job_and_agrees_with_statevector_estimator(orch
     # The device's noise shrinks the values a little; never beyond shot noise plus that.
     assert np.all(np.abs(result.data.evs - exact.evs) < 5 * result.data.stds + 0.25)
     (qpu_job,) = qpu_jobs(job.job_id())
-    assert qpu_job["num_circuits"] == 4 * 7  # four measurement bases, seven parameter sets
+    assert qpu_job.num_circuits == 4 * 7  # four measurement bases, seven parameter sets
     assert result.metadata["shots"] == 625 and result.metadata["target_precision"] == 0.04
 
 
@@ -207,7 +207,7 @@ def test_resilience_level_one_runs_with_readout_mitigation(orchestrator):
     job = sampler.run([bell().assign_parameters([0.0])])
     result = job.result()[0]
     assert result.metadata["mitigation"] == "rem"
-    assert {j["mitigation"] for j in qpu_jobs(job.job_id())} == {"rem"}
+    assert {j.mitigation for j in qpu_jobs(job.job_id())} == {"rem"}
     counts = result.data.meas.get_counts()
     assert sum(counts.values()) == 400 and counts.get("00", 0) + counts.get("11", 0) > 360
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers import wait_for
 
+from kernel_server.core.status import JobState, JobStatus, StepStatus, WorkflowState
+from kernel_server.wire.messages import WorkflowReply
 from qonductor_jupyter import api
 from qonductor_jupyter.widgets import FleetOverview, JobStatusWidget, fleet_rows, step_view
 
@@ -25,8 +27,8 @@ def test_status_widget_follows_a_workflow_live_to_done(orchestrator):
         assert len(widget.rows) == 3  # classical, quantum, classical
         # No polling from the test: the widget's subscription redraws it on events.
         wait_for(lambda: widget.state == "done")
-        assert [r["state"] for r in widget.rows] == ["done"] * len(widget.rows)
-        assert any(r["qpu"] != "-" for r in widget.rows)  # the quantum step shows its QPU
+        assert [r.state for r in widget.rows] == ["done"] * len(widget.rows)
+        assert any(r.qpu != "-" for r in widget.rows)  # the quantum step shows its QPU
         bars = [c for c in widget.grid.children if type(c).__name__ == "FloatProgress"]
         assert len(bars) == len(widget.rows) and all(b.value == 1.0 for b in bars)
         assert widget.cancel_button.disabled  # nothing left to cancel
@@ -54,44 +56,49 @@ def test_cancel_after_the_orchestrator_forgot_says_so_without_a_traceback():
     def gone(_wid):
         raise ConnectionError("orchestrator restarted")
 
-    class Info:
-        state, steps, error = "running", [], None
+    def info(_wid: str) -> WorkflowReply:
+        return WorkflowReply(workflow_id="wf-x", state=WorkflowState.RUNNING)
 
-    widget = JobStatusWidget("wf-x", fetch=lambda _w: Info(), cancel=gone, live=False)
+    widget = JobStatusWidget("wf-x", fetch=info, cancel=gone, live=False)
     widget.cancel_button.click()
     assert "cancel failed: orchestrator restarted" in widget.message.value
 
 
 def test_step_view_reports_queue_position_and_state_of_open_qpu_jobs():
-    step = {
-        "step_id": 1,
-        "kind": "quantum",
-        "lineno": 3,
-        "end_lineno": 3,
-        "state": "running",
-        "queue_s": None,
-        "run_s": None,
-        "qpu_jobs": [
-            {"state": "queued", "qpu": "fake_fez", "queue_position": 2, "est_start_s": 7.5}
-        ],
-    }
+    queued = JobStatus(
+        id="qj-1",
+        kind="qpu",
+        state=JobState.QUEUED,
+        qpu="fake_fez",
+        queue_position=2,
+        est_start_s=7.5,
+    )
+    step = StepStatus(
+        id="wf.s1",
+        kind="quantum",
+        step_id=1,
+        lineno=3,
+        end_lineno=3,
+        state=JobState.RUNNING,
+        qpu_jobs=[queued],
+    )
     seen: dict[int, float] = {}
     row = step_view(step, now=100.0, first_seen=seen)
-    assert (row["state"], row["qpu"], row["position"], row["start"]) == (
-        "queued",
+    assert (row.state, row.qpu, row.position, row.start) == (
+        JobState.QUEUED,
         "fake_fez",
         "2",
         "7.5 s",
     )
-    assert step_view(step, now=104.0, first_seen=seen)["elapsed"] == "4.0 s"
-    assert row["progress"] == pytest.approx(0.3)
+    assert step_view(step, now=104.0, first_seen=seen).elapsed == "4.0 s"
+    assert row.progress == pytest.approx(0.3)
 
 
 def test_fleet_overview_lists_every_qpu(orchestrator):
     widget = FleetOverview(interval=None)
     try:
-        names = {d["name"] for d in api.fleet()}
-        assert {d["name"] for d in widget.devices} == names
+        names = {d.name for d in api.fleet()}
+        assert {d.name for d in widget.devices} == names
         for name in names:
             assert name in widget.table.value
         rows = fleet_rows(widget.devices)

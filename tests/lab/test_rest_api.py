@@ -3,9 +3,18 @@
 import asyncio
 import json
 
+import msgspec
 import pytest
 from tornado.httpclient import HTTPClientError
 
+from kernel_server.core.status import (
+    CancelView,
+    EventsView,
+    FleetView,
+    WorkflowDetail,
+    WorkflowState,
+    WorkflowsView,
+)
 from qonductor_jupyter import api
 from qonductor_jupyter.client import Client
 from qonductor_jupyter.labserver.manager import ManagerError, QonductorManager
@@ -17,9 +26,11 @@ QUANTUM_CELL = (
 )
 
 
-async def get(jp_fetch, *path, **params):
+async def get(jp_fetch, shape, *path, **params):
+    """The reply, decoded strictly as the schema shape the lab extension's types are made from
+    (a field missing, extra or of the wrong type fails)."""
     response = await jp_fetch("qonductor", "api", *path, params=params or None)
-    return json.loads(response.body)
+    return msgspec.json.decode(response.body, type=shape, strict=True)
 
 
 async def error_of(jp_fetch, *path, method="GET", **params):
@@ -31,69 +42,68 @@ async def error_of(jp_fetch, *path, method="GET", **params):
 
 async def wait_state(jp_fetch, workflow_id, states, seconds=90.0):
     for _ in range(int(seconds / 0.1)):
-        reply = await get(jp_fetch, "workflows", workflow_id)
-        if reply["state"] in states:
+        reply = await get(jp_fetch, WorkflowDetail, "workflows", workflow_id)
+        if reply.state in states:
             return reply
         await asyncio.sleep(0.1)
     raise AssertionError(f"{workflow_id} did not reach {states}")
 
 
 async def test_fleet_lists_every_qpu(orchestrator, jp_fetch):
-    reply = await get(jp_fetch, "fleet")
-    names = [d["name"] for d in reply["devices"]]
-    assert sorted(names) == sorted(d["name"] for d in api.fleet())
-    for device in reply["devices"]:
-        assert device["num_qubits"] >= 5 and device["family"]
-        assert device["queue_length"] >= 0 and device["expected_wait_s"] >= 0
-        # Fake backends carry a calibration date in the past.
-        assert device["calibration_age_s"] is None or device["calibration_age_s"] > 0
+    reply = await get(jp_fetch, FleetView, "fleet")
+    names = [d.name for d in reply.devices]
+    assert sorted(names) == sorted(d.name for d in api.fleet())
+    for device in reply.devices:
+        assert device.num_qubits >= 5 and device.family
+        assert device.queue_length >= 0 and device.expected_wait_s >= 0
+        # Fake backends carry a calibration date in the past (the sidebar shows the age).
+        assert device.calibrated_at is None or device.calibrated_at < reply.updated_at
 
 
 async def test_a_finished_workflow_with_its_qpu_jct_and_steps(orchestrator, jp_fetch):
     workflow_id, _ = api.submit_cell(QUANTUM_CELL, {})
     await asyncio.get_running_loop().run_in_executor(None, api.wait, workflow_id, 120)
-    listing = await get(jp_fetch, "workflows", limit=5)
-    row = next(w for w in listing["workflows"] if w["id"] == workflow_id)
-    assert row["state"] == "done" and len(row["qpus"]) == 1
-    assert row["jct_s"] > 0 and row["jobs_running"] == 0
-    detail = await get(jp_fetch, "workflows", workflow_id)
-    assert detail["workflow_id"] == workflow_id and "outputs" not in detail
-    jobs = [j for s in detail["steps"] for j in s["qpu_jobs"]]
-    assert [j["qpu"] for j in jobs] == row["qpus"]
+    listing = await get(jp_fetch, WorkflowsView, "workflows", limit=5)
+    row = next(w for w in listing.workflows if w.id == workflow_id)
+    assert row.state is WorkflowState.DONE and len(row.qpus) == 1
+    assert row.jct_s is not None and row.jct_s > 0 and row.jobs_running == 0
+    detail = await get(jp_fetch, WorkflowDetail, "workflows", workflow_id)
+    assert detail.workflow_id == workflow_id  # and no outputs: strict decoding refuses extras
+    jobs = [j for s in detail.steps for j in s.qpu_jobs]
+    assert [j.qpu for j in jobs] == row.qpus
+    assert detail.info.created_at is not None and detail.info.options.shots == 4000
 
 
 async def test_cancel_a_running_workflow(orchestrator, jp_fetch):
     workflow_id, _ = api.submit_cell(SLOW_CELL, {})
-    await wait_state(jp_fetch, workflow_id, {"running"})
-    listing = await get(jp_fetch, "workflows")
-    row = next(w for w in listing["workflows"] if w["id"] == workflow_id)
-    assert row["jct_s"] is None and row["state"] == "running"
-    reply = json.loads(
-        (
-            await jp_fetch(
-                "qonductor", "api", "workflows", workflow_id, "cancel", method="POST", body=b""
-            )
-        ).body
+    await wait_state(jp_fetch, workflow_id, {WorkflowState.RUNNING})
+    listing = await get(jp_fetch, WorkflowsView, "workflows")
+    row = next(w for w in listing.workflows if w.id == workflow_id)
+    assert row.jct_s is None and row.state is WorkflowState.RUNNING
+    response = await jp_fetch(
+        "qonductor", "api", "workflows", workflow_id, "cancel", method="POST", body=b""
     )
-    assert reply["workflow_id"] == workflow_id and reply["state"] == "cancelled"
-    assert (await wait_state(jp_fetch, workflow_id, {"cancelled"}, 10))["state"] == "cancelled"
+    reply = msgspec.json.decode(response.body, type=CancelView, strict=True)
+    assert reply.workflow_id == workflow_id and reply.state is WorkflowState.CANCELLED
+    final = await wait_state(jp_fetch, workflow_id, {WorkflowState.CANCELLED}, 10)
+    assert final.state is WorkflowState.CANCELLED
 
 
 async def test_events_long_poll_wakes_on_a_new_workflow(orchestrator, jp_fetch):
-    first = await get(jp_fetch, "events", after=-1, timeout=5)
-    assert first["orchestrator"] is True
+    first = await get(jp_fetch, EventsView, "events", after=-1, timeout=5)
+    assert first.orchestrator is True
     loop = asyncio.get_running_loop()
-    poll = asyncio.ensure_future(get(jp_fetch, "events", after=first["seq"], timeout=30))
+    poll = asyncio.ensure_future(get(jp_fetch, EventsView, "events", after=first.seq, timeout=30))
     await asyncio.sleep(0.3)
     assert not poll.done()
     started = loop.time()
     workflow_id, _ = api.submit_cell("y = 2\n", {})
     reply = await asyncio.wait_for(poll, 30)
-    assert reply["seq"] > first["seq"] and loop.time() - started < 20
+    assert reply.seq > first.seq and loop.time() - started < 20
     await loop.run_in_executor(None, api.wait, workflow_id, 60)
     # Without news the poll returns at its timeout with the same number.
-    quiet = await get(jp_fetch, "events", after=10**9, timeout=1)
-    assert quiet["seq"] < 10**9
+    quiet = await get(jp_fetch, EventsView, "events", after=10**9, timeout=1)
+    assert quiet.seq < 10**9
 
 
 async def test_bad_requests_say_what_was_wrong(orchestrator, jp_fetch):
@@ -129,8 +139,8 @@ def test_the_events_poll_never_starts_an_orchestrator(tmp_path, monkeypatch):
     manager = QonductorManager(Client(autostart=False))
     try:
         first = asyncio.run(manager.wait_for_event(-1, 0))
-        later = asyncio.run(manager.wait_for_event(first["seq"], 1))
+        later = asyncio.run(manager.wait_for_event(first.seq, 1))
     finally:
         manager.close()
-    assert first["orchestrator"] is False and later == first
+    assert first.orchestrator is False and later == first
     assert not any(tmp_path.iterdir())  # no connection file, no state: nothing was started

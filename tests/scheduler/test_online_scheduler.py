@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from helpers import three_qpu_workload
 
+from kernel_server.core.status import DeviceInfo
 from kernel_server.scheduler.online import (
     ONLINE_PRESETS,
     OnlineScheduler,
@@ -233,8 +234,14 @@ def test_the_dispatcher_sends_a_notebook_job_past_a_busy_best_qpu_and_to_it_once
     from kernel_server.scheduler.cycle import QPUView
     from kernel_server.scheduler.dispatch import OnlineDispatcher
 
-    best = SimulatedQPU("fake_best", {"num_qubits": 27, "family": "Heron"})
-    other = SimulatedQPU("fake_other", {"num_qubits": 27, "family": "Eagle"})
+    best = SimulatedQPU(
+        "fake_best",
+        DeviceInfo(name="fake_best", num_qubits=27, family="Heron", calibration_id="c0"),
+    )
+    other = SimulatedQPU(
+        "fake_other",
+        DeviceInfo(name="fake_other", num_qubits=27, family="Eagle", calibration_id="c0"),
+    )
     fleet = (best, other)
     estimates = {"fake_best": (0.95, 2.0), "fake_other": (0.90, 2.0)}
 
@@ -282,8 +289,14 @@ def test_the_dispatcher_holds_a_job_for_busy_queues_and_replans_it_when_one_clea
     from kernel_server.scheduler.cycle import QPUView
     from kernel_server.scheduler.dispatch import OnlineDispatcher
 
-    best = SimulatedQPU("fake_best", {"num_qubits": 27, "family": "Heron"})
-    other = SimulatedQPU("fake_other", {"num_qubits": 27, "family": "Eagle"})
+    best = SimulatedQPU(
+        "fake_best",
+        DeviceInfo(name="fake_best", num_qubits=27, family="Heron", calibration_id="c0"),
+    )
+    other = SimulatedQPU(
+        "fake_other",
+        DeviceInfo(name="fake_other", num_qubits=27, family="Eagle", calibration_id="c0"),
+    )
     fleet = (best, other)
 
     def views() -> list[QPUView]:

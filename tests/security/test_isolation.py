@@ -43,7 +43,7 @@ def test_each_user_sees_and_cancels_only_their_own(shared, monkeypatch):
     wait_for(lambda: api.workflow_status(mine) == "running", 60)
 
     as_user(monkeypatch, shared, "bob")
-    assert mine not in [w["id"] for w in api.list_workflows()]
+    assert mine not in [w.id for w in api.list_workflows()]
     for attempt in (lambda: api.workflow_status(mine), lambda: api.cancel(mine)):
         with pytest.raises(QonductorError, match="no workflow"):
             attempt()
@@ -52,7 +52,7 @@ def test_each_user_sees_and_cancels_only_their_own(shared, monkeypatch):
     assert api.workflow_status(mine) == "running"
 
     as_user(monkeypatch, shared, "alice")
-    assert [w["id"] for w in api.list_workflows()] == [mine]
+    assert [w.id for w in api.list_workflows()] == [mine]
     api.cancel(mine)
     assert api.wait(mine, 30).state == "cancelled"
 
