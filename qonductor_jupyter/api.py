@@ -6,6 +6,7 @@ The ``%%qonductor`` magic is a thin layer over ``run_cell`` here, so plain Pytho
 from __future__ import annotations
 
 import ast
+import dataclasses
 import sys
 import uuid
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
+from kernel_server.core.graph import StepKind
 from kernel_server.wire.messages import (
     CreateWorkflow,
     Deploy,
@@ -78,16 +80,12 @@ __all__ = [
 ]
 
 
-def _graph_dict(
+def _with_cell(
     source: str, graph: WorkflowGraph, required: list[str] | None = None
-) -> dict[str, Any]:
-    data = graph.to_dict()
-    data["source"] = source
-    # Inputs ``invoke`` refuses to start without: the image's parameters. A cell run by the
-    # magic has none: as in Python, a name it reads and nobody defined is a NameError where it
-    # is read, after the lines before it ran.
-    data["required_inputs"] = list(required or [])
-    return data
+) -> WorkflowGraph:
+    """The graph as an image carries it: with the cell's source and the inputs ``invoke``
+    requires (an image's parameters; a cell run by the magic has none)."""
+    return dataclasses.replace(graph, source=source, required_inputs=tuple(required or ()))
 
 
 def _parameters(graph: WorkflowGraph) -> list[str]:
@@ -125,19 +123,16 @@ def create_workflow(
         graph = split_cell(source)
     else:
         raise QonductorError("code must be cell source (str) or a non-empty list of steps")
-    return _create_image(source, _graph_dict(source, graph, required), cfg, name, bound)
+    return _create_image(_with_cell(source, graph, required), cfg, name, bound)
 
 
 def _create_image(
-    source: str,
-    graph: dict[str, Any],
+    graph: WorkflowGraph,
     cfg: dict[str, Any],
     name: str | None,
     bound: dict[str, bytes] | None = None,
 ) -> str:
-    created = _ask(
-        CreateWorkflow(source=source, graph=graph, config=cfg, name=name, bound=bound or {})
-    )
+    created = _ask(CreateWorkflow(graph=graph, config=cfg, name=name, bound=bound or {}))
     return created.image_id
 
 
@@ -216,9 +211,8 @@ def _submit(
     check_circuit_widths(values, fleet)
     check_static_widths(cell.source, values, fleet)
     cfg = _load_config(config)
-    data = _graph_dict(cell.source, cell.graph)
-    _count_calls(data, cell, values)
-    image_id = _create_image(cell.source, data, cfg, name)
+    graph = _with_calls(_with_cell(cell.source, cell.graph), cell, values)
+    image_id = _create_image(graph, cfg, name)
     deploy(image_id)
     workflow_id = _invoke(image_id, blobs, options)
     with _submissions_lock:
@@ -226,19 +220,23 @@ def _submit(
     return workflow_id
 
 
-def _count_calls(data: dict[str, Any], cell: CellSplit, values: dict[str, Any]) -> None:
-    """Give each hybrid step the number of QPU calls its text shows (the orchestrator weighs
-    its plan over all of them: core.plans)."""
-    hybrid = [step for step in data["steps"] if step["kind"] == "hybrid"]
-    if not hybrid:
-        return
+def _with_calls(graph: WorkflowGraph, cell: CellSplit, values: dict[str, Any]) -> WorkflowGraph:
+    """The graph with each hybrid step's number of QPU calls as its text shows it (the
+    orchestrator weighs its plan over all of them: core.plans)."""
+    if not any(step.kind is StepKind.HYBRID for step in graph.steps):
+        return graph
     from .preflight import expected_calls
     from .splitter import QUANTUM_PRIMITIVES, quantum_functions
 
     context = cell.context
     names = QUANTUM_PRIMITIVES | context.primitives | quantum_functions(cell.tree, context)
-    for step in hybrid:
-        step["expected_calls"] = expected_calls(step["source"], values, names)
+    steps = tuple(
+        dataclasses.replace(step, expected_calls=expected_calls(step.source, values, names))
+        if step.kind is StepKind.HYBRID
+        else step
+        for step in graph.steps
+    )
+    return dataclasses.replace(graph, steps=steps)
 
 
 @dataclass
@@ -347,7 +345,7 @@ def run_primitive(kind: str, *args: Any, shots: int | None = None) -> Any:
     names = ["circuit", "observables"][: len(args)]
     source = f"value = {kind}({', '.join(names)})\n"
     graph = split_cell(source)
-    image_id = _create_image(source, _graph_dict(source, graph), {}, kind)
+    image_id = _create_image(_with_cell(source, graph), {}, kind)
     deploy(image_id)
     inputs = pickle_inputs(dict(zip(names, args, strict=True)))
     workflow_id = _invoke(image_id, inputs, {"shots": shots})

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from kernel_server.compute.dask import DaskCompute
 from kernel_server.compute.local import LocalCompute
+from kernel_server.core.status import ComputeStatus
 from kernel_server.scheduler.classical_nodes import ClassicalNode, ClassicalRequest
 from kernel_server.tasks.step import StepSpec
 
@@ -38,7 +39,7 @@ class Compute(Protocol):
 
     def warm_up(self, devices: list[str]) -> None: ...
 
-    def describe(self) -> dict[str, Any]: ...
+    def describe(self) -> ComputeStatus: ...
 
     async def close(self) -> None: ...
 

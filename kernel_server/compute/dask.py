@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_server.compute.local import LocalCompute
+from kernel_server.core.status import ComputeStatus
 from kernel_server.scheduler.classical import ClassicalCluster, NoFeasibleNode
 from kernel_server.scheduler.classical_nodes import ClassicalNode, ClassicalRequest
 from kernel_server.tasks import bootstrap
@@ -155,12 +156,9 @@ class DaskCompute(LocalCompute):
         except Exception:  # a worker that cannot warm up shows its error on its first job
             log.warning("warming the Dask workers failed", exc_info=True)
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "backend": self.name,
-            "address": self.address,
-            "nodes": self.cluster.snapshot() + self.local.snapshot(),
-        }
+    def describe(self) -> ComputeStatus:
+        nodes = self.cluster.snapshot() + self.local.snapshot()
+        return ComputeStatus(backend=self.name, address=self.address, nodes=nodes)
 
     async def close(self) -> None:
         try:

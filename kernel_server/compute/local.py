@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_server.core.lifeline import start_lifeline
+from kernel_server.core.status import ComputeStatus
 from kernel_server.scheduler.classical import ClassicalCluster, NoFeasibleNode, schedule_classical
 from kernel_server.scheduler.classical_nodes import (
     ClassicalNode,
@@ -167,8 +168,8 @@ class LocalCompute:
         for _ in range(self.step_workers):
             self.loop.run_in_executor(self.step_pool, bootstrap.warm_up)
 
-    def describe(self) -> dict[str, Any]:
-        return {"backend": self.name, "nodes": self.cluster.snapshot()}
+    def describe(self) -> ComputeStatus:
+        return ComputeStatus(backend=self.name, nodes=self.cluster.snapshot())
 
     async def close(self) -> None:
         for pool in list(self.pools.values()):

@@ -103,7 +103,7 @@ class Handlers:
 
     async def create(self, msg: CreateWorkflow, identity: bytes, rid: str) -> Message:
         image = self.orch.registry.create(
-            msg.source, msg.graph, msg.config, msg.name, msg.bound, CURRENT_USER.get()
+            msg.graph, msg.config, msg.name, msg.bound, CURRENT_USER.get()
         )
         return ImageCreated(image_id=image.id, name=image.name)
 
@@ -156,13 +156,13 @@ class Handlers:
         bound = orch.registry.bound(image.id)
         # Only what the image declares required (a function-list workflow's parameters): a
         # cell's free names are looked up when its steps run, NameError where one is missing.
-        required = image.graph.get("required_inputs", [])
+        required = image.graph.required_inputs
         missing = [n for n in required if n not in msg.inputs and n not in bound]
         if missing:
             raise UserError("missing inputs: " + ", ".join(missing))
         workflow_id = msg.workflow_id or new_id("wf")
         await orch.fleet_ready.wait()
-        if image.graph.get("steps") and any(s["kind"] != "classical" for s in image.graph["steps"]):
+        if image.graph.has_quantum:
             orch.manager.eligible_qpus(options, 0)
         run = WorkflowRun.new(workflow_id, image.id, image.graph)
         inputs = {**bound, **msg.inputs}

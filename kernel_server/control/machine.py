@@ -276,10 +276,10 @@ class WorkflowMachine:
         run = live.run
         values = {sid: outputs for sid, (outputs, _) in live.results.items()}
         upto = run.failed_step if run.state is WorkflowState.FAILED else None
-        outputs = cell_outputs(run.model, values, upto)
+        outputs = cell_outputs(run.graph, values, upto)
         stdout = "".join(
             live.results[s.id][1]
-            for s in run.model.steps
+            for s in run.graph.steps
             if s.id in live.results and (upto is None or s.id <= upto)
         )
         if not run.state.final:

@@ -203,10 +203,10 @@ class JobManager:
             run = self.store.load_run(workflow_id)
             if run is None:
                 continue
-            row = self.store.workflow_row(workflow_id) or {}
+            row = self.store.workflow_row(workflow_id)
             saved = self.store.step_outputs(workflow_id)
             inputs = self.store.workflow_inputs(workflow_id)
-            options = stored_options(row.get("options"))
+            options = row.options if row is not None else stored_options(None)
             found.append(RecoveredWorkflow(run, saved, inputs, options))
         # Each run of a job on these QPUs costs money (a real IBM QPU, unless configured else).
         paid = frozenset(n for n, q in self.qpus.items() if q.info.billed)
@@ -240,7 +240,7 @@ class JobManager:
         return run
 
     def workflow_reply(self, run: WorkflowRun, with_outputs: bool) -> P.WorkflowReply:
-        row = self.store.workflow_row(run.id) or {}
+        row = self.store.workflow_row(run.id)
         steps = run.step_summaries()
         for step in steps:
             for job in step.qpu_jobs:
@@ -256,15 +256,15 @@ class JobManager:
             error=run.error,
             info=WorkflowInfo(
                 image_id=run.image_id,
-                name=row.get("name"),
+                name=row.name if row is not None else None,
                 created_at=run.created_at,
                 finished_at=run.finished_at,
-                options=stored_options(row.get("options")),
+                options=row.options if row is not None else stored_options(None),
             ),
         )
         if run.state.final:
             # Failed or cancelled: what was assigned before, as the names a cell keeps.
-            reply.stdout = row.get("stdout") or ""
+            reply.stdout = row.stdout if row is not None else ""
             if with_outputs:
                 reply.outputs = self.store.workflow_outputs(run.id) or {}
         return reply

@@ -11,15 +11,16 @@ import hashlib
 import json
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgpack
+import msgspec
 
 from kernel_server.core.deployment import validate_config
 from kernel_server.core.files import write_private
-from kernel_server.core.graph import WorkflowGraph
+from kernel_server.core.graph import StepKind, WorkflowGraph
 from kernel_server.core.status import ImageSummary
 
 # What create() makes; anything else (a path, "..") names no image.
@@ -36,7 +37,7 @@ class Image:
     id: str
     name: str
     source: str
-    graph: dict[str, Any]
+    graph: WorkflowGraph
     config: dict[str, Any]
     created_at: float
     deployed: dict[str, Any] | None = None
@@ -44,16 +45,16 @@ class Image:
     owner: str = ""  # the shared orchestrator's user who created it ("": its owner)
 
     def summary(self) -> ImageSummary:
-        steps = self.graph.get("steps", [])
+        steps = self.graph.steps
         return ImageSummary(
             id=self.id,
             name=self.name,
             created_at=self.created_at,
             deployed=self.deployed is not None,
             steps=len(steps),
-            quantum_steps=sum(1 for s in steps if s["kind"] != "classical"),
-            inputs=[n for n in self.graph.get("inputs", []) if n not in self.bound_names],
-            outputs=sorted(self.graph.get("outputs", {})),
+            quantum_steps=sum(1 for s in steps if s.kind is not StepKind.CLASSICAL),
+            inputs=[n for n in self.graph.inputs if n not in self.bound_names],
+            outputs=sorted(self.graph.outputs),
             config=self.config,
         )
 
@@ -62,17 +63,19 @@ class GraphError(ValueError):
     """A workflow graph the orchestrator cannot run (a client that is not ours, or a bug)."""
 
 
-def check_graph(graph: dict[str, Any]) -> WorkflowGraph:
-    """The typed graph of a request's graph dict; refused here, once, rather than when a step
-    is looked up halfway through a run."""
-    try:
-        model = WorkflowGraph.from_dict(graph)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise GraphError(f"malformed workflow graph: {type(exc).__name__}: {exc}") from None
-    ids = {step.id for step in model.steps}
-    if len(ids) != len(model.steps) or any(a not in ids or b not in ids for a, b in model.edges):
+def check_graph(graph: WorkflowGraph) -> WorkflowGraph:
+    """A request's graph, whose types the wire checked, with its references checked too:
+    refused here, once, rather than when a step is looked up halfway through a run."""
+    ids = {step.id for step in graph.steps}
+    if len(ids) != len(graph.steps) or any(a not in ids or b not in ids for a, b in graph.edges):
         raise GraphError("malformed workflow graph: step ids repeat, or an edge names no step")
-    return model
+    return graph
+
+
+def _read_image(path: Path) -> Image:
+    """An image as ``Registry._write`` left it (the graph of an older version's image, a flat
+    dict with the cell's source and required inputs, reads the same)."""
+    return msgspec.json.decode(path.read_bytes(), type=Image)
 
 
 class Registry:
@@ -82,8 +85,7 @@ class Registry:
 
     def create(
         self,
-        source: str,
-        graph: dict[str, Any],
+        graph: WorkflowGraph,
         config: dict[str, Any],
         name: str | None,
         bound: dict[str, bytes],
@@ -91,6 +93,7 @@ class Registry:
     ) -> Image:
         config = validate_config(config)
         check_graph(graph)
+        source = graph.source
         digest = hashlib.sha256()
         # Each user's images are their own: the same cell of two users makes two images.
         digest.update(f"{owner}\0".encode() if owner else b"")
@@ -123,7 +126,8 @@ class Registry:
 
     def _write(self, image: Image) -> None:
         # Owner-only: an image holds the cell's source and its deployment.
-        write_private(self.root / image.id / "image.json", json.dumps(asdict(image), indent=1))
+        text = msgspec.json.format(msgspec.json.encode(image), indent=1).decode()
+        write_private(self.root / image.id / "image.json", text)
 
     def get(self, image_id: str, owner: str | None = None) -> Image:
         """The image; a user (``owner`` not None nor "") finds only their own."""
@@ -132,7 +136,7 @@ class Registry:
         path = self.root / image_id / "image.json"
         if not path.is_file():
             raise UnknownImage(image_id)
-        image = Image(**json.loads(path.read_text()))
+        image = _read_image(path)
         if owner and image.owner != owner:
             raise UnknownImage(image_id)
         return image
@@ -154,8 +158,8 @@ class Registry:
         images = []
         for path in sorted(self.root.glob("*/image.json")):
             try:
-                images.append(Image(**json.loads(path.read_text())))
-            except (OSError, ValueError, TypeError):
+                images.append(_read_image(path))
+            except (OSError, msgspec.DecodeError):
                 continue  # a half-written or foreign folder is not an image
         if owner:
             images = [i for i in images if i.owner == owner]

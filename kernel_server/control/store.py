@@ -12,13 +12,15 @@ import os
 import sqlite3
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgpack
 import msgspec
 
-from kernel_server.core.deployment import RunOptions, options_dict
+from kernel_server.core.deployment import RunOptions, options_dict, stored_options
+from kernel_server.core.graph import WorkflowGraph
 from kernel_server.core.jobs import JobRecord, JobState, WorkflowRun, WorkflowState
 from kernel_server.core.status import DeviceInfo, PlanError, Plans, WorkflowSummary
 
@@ -90,6 +92,34 @@ def _plans(text: str | None) -> Plans | None:
         if isinstance(old, list) and old and isinstance(old[0], dict) and "error" in old[0]:
             return PlanError(error=str(old[0]["error"]))
         raise
+
+
+@dataclass(frozen=True)
+class StoredWorkflow:
+    """A workflow's row: what it is, where it stands, and its options as they were checked."""
+
+    id: str
+    image_id: str
+    name: str | None
+    state: WorkflowState
+    created_at: float
+    finished_at: float | None
+    error: str | None
+    graph: WorkflowGraph
+    options: RunOptions
+    stdout: str
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """One event of a workflow's log, in the order they happened (``seq``)."""
+
+    seq: int
+    ts: float
+    job_id: str
+    kind: str
+    state: str
+    detail: str
 
 
 class Store:
@@ -181,7 +211,7 @@ class Store:
                         name,
                         run.state.value,
                         run.created_at,
-                        json.dumps(run.graph),
+                        msgspec.json.encode(run.graph).decode(),
                         json.dumps(options_dict(options)),
                         _pack(inputs),
                         owner,
@@ -212,31 +242,26 @@ class Store:
             (_pack(outputs), stdout, workflow_id),
         )
 
-    def workflow_row(self, workflow_id: str) -> dict[str, Any] | None:
-        cur = self._exec(
+    def workflow_row(self, workflow_id: str) -> StoredWorkflow | None:
+        row = self._exec(
             "SELECT id, image_id, name, state, created_at, finished_at, error, graph, options,"
             " stdout FROM workflows WHERE id=?",
             (workflow_id,),
-        )
-        row = cur.fetchone()
+        ).fetchone()
         if row is None:
             return None
-        keys = (
-            "id",
-            "image_id",
-            "name",
-            "state",
-            "created_at",
-            "finished_at",
-            "error",
-            "graph",
-            "options",
-            "stdout",
+        return StoredWorkflow(
+            id=row[0],
+            image_id=row[1],
+            name=row[2],
+            state=WorkflowState(row[3]),
+            created_at=row[4],
+            finished_at=row[5],
+            error=row[6],
+            graph=msgspec.json.decode(row[7], type=WorkflowGraph),
+            options=stored_options(json.loads(row[8] or "{}")),
+            stdout=row[9] or "",
         )
-        data = dict(zip(keys, row, strict=True))
-        data["graph"] = json.loads(data["graph"])
-        data["options"] = json.loads(data["options"] or "{}")
-        return data
 
     def workflow_inputs(self, workflow_id: str) -> dict[str, bytes]:
         row = self._exec("SELECT inputs FROM workflows WHERE id=?", (workflow_id,)).fetchone()
@@ -347,25 +372,24 @@ class Store:
             (ts, workflow_id, job_id, kind, state, detail),
         )
 
-    def events(self, workflow_id: str) -> list[dict[str, Any]]:
+    def events(self, workflow_id: str) -> list[StoredEvent]:
         rows = self._exec(
             "SELECT seq, ts, job_id, kind, state, detail FROM events"
             " WHERE workflow_id=? ORDER BY seq",
             (workflow_id,),
         ).fetchall()
-        keys = ("seq", "ts", "job_id", "kind", "state", "detail")
-        return [dict(zip(keys, r, strict=True)) for r in rows]
+        return [StoredEvent(*r) for r in rows]
 
     # recovery --------------------------------------------------------------------------------
     def load_run(self, workflow_id: str) -> WorkflowRun | None:
         row = self.workflow_row(workflow_id)
         if row is None:
             return None
-        run = WorkflowRun.new(row["id"], row["image_id"], row["graph"])
-        run.state = WorkflowState(row["state"])
-        run.error = row["error"]
-        run.created_at = row["created_at"]
-        run.finished_at = row["finished_at"]
+        run = WorkflowRun.new(row.id, row.image_id, row.graph)
+        run.state = row.state
+        run.error = row.error
+        run.created_at = row.created_at
+        run.finished_at = row.finished_at
         for job in self.jobs(workflow_id):
             if job.kind == "qpu":
                 run.qpu_jobs[job.id] = job

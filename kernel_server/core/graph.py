@@ -1,10 +1,10 @@
-"""The workflow graph: a ``%%qonductor`` cell split into steps, and the dict form that travels.
+"""The workflow graph: a ``%%qonductor`` cell split into steps, with the cell's source.
 
-The kernel's splitter (``qonductor_jupyter.splitter``) builds a ``WorkflowGraph``; a request
-carries it as ``WorkflowGraph.to_dict()``, plain lists, dicts, strings and ints that msgpack and
-JSON carry unchanged, and ``WorkflowGraph.from_dict`` reads it back into the same graph. Both sides
-of the wire need the one model, so it lives in ``core``: standard library only, importable by the
-kernel and by every layer of the orchestrator.
+The kernel's splitter (``qonductor_jupyter.splitter``) builds a ``WorkflowGraph``; requests,
+images and the store carry it typed (msgspec encodes and checks these dataclasses as it does the
+messages' Structs: ``CreateWorkflow.graph``), and ``to_dict`` / ``from_dict`` give the same plain
+form for code that holds builtins. Both sides of the wire need the one model, so it lives in
+``core``: standard library only, importable by the kernel and by every layer of the orchestrator.
 
 What a step's ``reads`` and ``writes`` promise (writes are may-writes, reads are conservative) is
 the splitter's contract: its package docstring lists the cases the orchestrator must tolerate.
@@ -89,6 +89,11 @@ class WorkflowGraph:
     # Outputs the cell only changes in place (``results.append(x)``) and never rebinds: the
     # notebook's own object should change, not be replaced by the copy that comes back.
     mutated_only: tuple[str, ...] = ()
+    # The whole cell (tracebacks quote its lines), as the kernel sends it beside the steps.
+    source: str = ""
+    # Inputs ``invoke`` refuses to start without: an image's parameters. A cell run by the magic
+    # has none: as in Python, a name it reads and nobody defined is a NameError where it is read.
+    required_inputs: tuple[str, ...] = ()
 
     @property
     def has_quantum(self) -> bool:
@@ -105,18 +110,21 @@ class WorkflowGraph:
             "inputs": list(self.inputs),
             "outputs": dict(self.outputs),
             "mutated_only": list(self.mutated_only),
+            "source": self.source,
+            "required_inputs": list(self.required_inputs),
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> WorkflowGraph:
-        """The graph ``to_dict`` made. Keys a request adds around it (the kernel sends the cell's
-        ``source`` and its ``required_inputs`` in the same dict) are the request's: ignored."""
+        """The graph ``to_dict`` made."""
         return cls(
             steps=tuple(Step.from_dict(step) for step in d["steps"]),
             edges=tuple((int(src), int(dst)) for src, dst in d["edges"]),
             inputs=tuple(d["inputs"]),
             outputs={str(name): int(step_id) for name, step_id in d["outputs"].items()},
             mutated_only=tuple(d.get("mutated_only", ())),
+            source=str(d.get("source", "")),
+            required_inputs=tuple(d.get("required_inputs", ())),
         )
 
     def describe(self) -> str:

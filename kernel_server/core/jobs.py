@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 
@@ -194,7 +193,7 @@ class WorkflowRun:
 
     id: str
     image_id: str
-    graph: dict[str, Any]  # as it travels and is stored (WorkflowGraph.to_dict and the cell)
+    graph: WorkflowGraph
     steps: dict[int, JobRecord]
     state: WorkflowState = WorkflowState.SUBMITTED
     qpu_jobs: dict[str, JobRecord] = field(default_factory=dict)
@@ -205,14 +204,11 @@ class WorkflowRun:
     # cell still runs to its end; what comes after it does not run.
     failed_step: int | None = None
 
-    model: WorkflowGraph = field(init=False, repr=False, compare=False)
-
     def __post_init__(self) -> None:
-        self.model = WorkflowGraph.from_dict(self.graph)
-        self._steps = {step.id: step for step in self.model.steps}
+        self._steps = {step.id: step for step in self.graph.steps}
 
     @classmethod
-    def new(cls, workflow_id: str, image_id: str, graph: dict[str, Any]) -> WorkflowRun:
+    def new(cls, workflow_id: str, image_id: str, graph: WorkflowGraph) -> WorkflowRun:
         steps = {
             step.id: JobRecord(
                 id=f"{workflow_id}.s{step.id}",
@@ -220,7 +216,7 @@ class WorkflowRun:
                 kind=step.kind.value,
                 step_id=step.id,
             )
-            for step in WorkflowGraph.from_dict(graph).steps
+            for step in graph.steps
         }
         return cls(id=workflow_id, image_id=image_id, graph=graph, steps=steps)
 
@@ -231,10 +227,10 @@ class WorkflowRun:
     @property
     def cell_source(self) -> str:
         """The whole cell, as the kernel sent it beside the graph (for tracebacks)."""
-        return str(self.graph.get("source", ""))
+        return self.graph.source
 
     def dependencies(self, step_id: int) -> tuple[int, ...]:
-        return self.model.predecessors(step_id)
+        return self.graph.predecessors(step_id)
 
     def ready_steps(self) -> list[int]:
         """Pending steps whose every dependency is done, in step order."""
@@ -325,7 +321,7 @@ class WorkflowRun:
         by_step: dict[int, list[JobRecord]] = {}
         for q in self.qpu_jobs.values():
             by_step.setdefault(q.step_id or 0, []).append(q)
-        for step in self.model.steps:
+        for step in self.graph.steps:
             job = self.steps[step.id].summary()
             out.append(
                 StepStatus(

@@ -222,6 +222,26 @@ class DeviceStatus(DeviceInfo, kw_only=True):
     running: str | None = None  # the job it executes now
 
 
+class NodeStatus(msgspec.Struct, kw_only=True):
+    """A node classical steps run on: its capacity and what running steps reserved of it."""
+
+    name: str
+    cores: int
+    memory_gb: float
+    accelerators: dict[str, int] = {}
+    used_cores: int = 0
+    used_memory_gb: float = 0.0
+    used_accelerators: dict[str, int] = {}
+
+
+class ComputeStatus(msgspec.Struct, kw_only=True):
+    """Where the orchestrator runs steps and simulations: its embedded pools, or Dask."""
+
+    backend: str  # "local" or "dask"
+    nodes: list[NodeStatus] = []
+    address: str | None = None  # the Dask scheduler's
+
+
 # The lab server's REST replies (what the sidebar reads) ------------------------------------------
 
 

@@ -33,6 +33,7 @@ from kernel_server.core.resources import (
     labels_text,
     number_text,
 )
+from kernel_server.core.status import NodeStatus
 from kernel_server.scheduler.classical_nodes import (
     MEMORY_EPS,
     ClassicalNode,
@@ -378,20 +379,20 @@ class ClassicalCluster:
         """Give back what ``request`` reserved on ``node_name`` when its job ends."""
         self._usage[self._known(node_name)].release(request)
 
-    def snapshot(self) -> list[dict[str, object]]:
+    def snapshot(self) -> list[NodeStatus]:
         """Capacity and reservations of every node, in the order the nodes were given."""
-        rows: list[dict[str, object]] = []
+        rows: list[NodeStatus] = []
         for name, node in self._nodes.items():
             used = self._usage[name]
             rows.append(
-                {
-                    "name": name,
-                    "cores": node.cores,
-                    "memory_gb": node.memory_gb,
-                    "accelerators": dict(node.accelerators),
-                    "used_cores": used.cores,
-                    "used_memory_gb": round(used.memory_gb, 9),
-                    "used_accelerators": dict(used.accelerators),
-                }
+                NodeStatus(
+                    name=name,
+                    cores=node.cores,
+                    memory_gb=node.memory_gb,
+                    accelerators=dict(node.accelerators),
+                    used_cores=used.cores,
+                    used_memory_gb=round(used.memory_gb, 9),
+                    used_accelerators=dict(used.accelerators),
+                )
             )
         return rows

@@ -11,7 +11,9 @@ from typing import Annotated, Any, ClassVar, Generic, TypeVar, get_args, get_ori
 
 import msgspec
 
+from kernel_server.core.graph import WorkflowGraph
 from kernel_server.core.status import (
+    ComputeStatus,
     DeviceStatus,
     ImageSummary,
     StepStatus,
@@ -67,13 +69,14 @@ class Request(Message, Generic[R]):
     request returns."""
 
 
-def reply_type(request: Request[Any]) -> type[Message]:
-    """The reply class ``request``'s class promises."""
-    for base in type(request).__orig_bases__:  # type: ignore[attr-defined]
+def reply_type(request: Request[Any] | type[Request[Any]]) -> type[Message]:
+    """The reply class a request (or request class) promises."""
+    cls = request if isinstance(request, type) else type(request)
+    for base in cls.__orig_bases__:  # type: ignore[attr-defined]
         if get_origin(base) is Request:
             promised: type[Message] = get_args(base)[0]
             return promised
-    raise TypeError(f"{type(request).__name__} promises no reply type")
+    raise TypeError(f"{cls.__name__} promises no reply type")
 
 
 # Replies ------------------------------------------------------------------------------------
@@ -188,7 +191,7 @@ class FleetReply(Message):
     devices: list[DeviceStatus] = []
     dropped_messages: int = 0
     dropped_by_reason: dict[str, int] = {}
-    compute: dict[str, Any] = {}
+    compute: ComputeStatus = msgspec.field(default_factory=lambda: ComputeStatus(backend=""))
 
 
 # Requests from kernels (and the CLI) ---------------------------------------------------------
@@ -206,8 +209,7 @@ class CreateWorkflow(Request[ImageCreated]):
     """Register a workflow image: the split cell (graph) plus its code and configuration."""
 
     op: ClassVar[str] = "create_workflow"
-    source: str = ""
-    graph: dict[str, Any] = {}
+    graph: WorkflowGraph  # with the cell's source
     config: dict[str, Any] = {}
     name: Annotated[str, msgspec.Meta(max_length=256)] | None = None
     # Objects bound into the image itself (the function-list form of create_workflow).

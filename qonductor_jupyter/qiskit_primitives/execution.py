@@ -75,7 +75,7 @@ def _image() -> str:
         image_id = _images.get(key)
     if image_id is None:
         graph = split_cell(_SOURCE, NotebookContext(modules=frozenset({"primitive"})))
-        image_id = api._create_image(_SOURCE, api._graph_dict(_SOURCE, graph), {}, "primitive")
+        image_id = api._create_image(api._with_cell(_SOURCE, graph), {}, "primitive")
         api.deploy(image_id)
         with _images_lock:
             _images[key] = image_id

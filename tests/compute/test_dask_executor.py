@@ -107,9 +107,9 @@ def test_the_classical_scheduler_sees_the_dask_workers(dask_orchestrator):
 
     compute = client_module.get_client().request(GetFleet()).compute
     workers = set(dask_orchestrator.scheduler_info()["workers"])
-    dask_nodes = [n for n in compute["nodes"] if n["name"] in workers]
-    assert compute["backend"] == "dask" and len(dask_nodes) == 2
-    assert all(n["cores"] == 1 and n["memory_gb"] > 0 for n in dask_nodes)
+    dask_nodes = [n for n in compute.nodes if n.name in workers]
+    assert compute.backend == "dask" and len(dask_nodes) == 2
+    assert all(n.cores == 1 and n.memory_gb > 0 for n in dask_nodes)
     # A step asking for a GPU: no Dask worker declares one, and the error says so.
     workflow_id, _ = api.submit_cell(
         "x = 1\ny = x + 1\n" + BELL, {}, config={"classical": {"accelerator": "gpu"}}

@@ -38,6 +38,7 @@ from kernel_server.control.events import (
 )
 from kernel_server.control.machine import UserError, WorkflowMachine, kinds
 from kernel_server.core.deployment import ConfigError, RunOptions, run_options
+from kernel_server.core.graph import WorkflowGraph
 from kernel_server.core.jobs import IllegalTransition, JobState, WorkflowRun, WorkflowState
 from kernel_server.core.status import Plan
 from kernel_server.tasks.step import StepOutcome
@@ -70,7 +71,7 @@ PLANS = [  # two plans on the front: fast and noisy, slow and good
 ]
 
 
-def graph(*kinds_: str) -> dict[str, Any]:
+def graph(*kinds_: str) -> WorkflowGraph:
     """A cell of one step per kind, each reading the name the step before it wrote."""
     steps = []
     for i, kind in enumerate(kinds_):
@@ -90,13 +91,9 @@ def graph(*kinds_: str) -> dict[str, Any]:
     edges = [[i - 1, i] for i in range(1, len(kinds_))]
     source = "\n".join(s["source"] for s in steps)
     outputs = {f"x{i}": i for i in range(len(kinds_))}
-    return {
-        "steps": steps,
-        "edges": edges,
-        "inputs": ["seed"],
-        "outputs": outputs,
-        "source": source,
-    }
+    return WorkflowGraph.from_dict(
+        {"steps": steps, "edges": edges, "inputs": ["seed"], "outputs": outputs, "source": source}
+    )
 
 
 def new_run(workflow_id: str, *kinds_: str) -> WorkflowRun:

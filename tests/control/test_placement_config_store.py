@@ -15,6 +15,7 @@ from kernel_server.core.deployment import (
     stored_options,
     validate_config,
 )
+from kernel_server.core.graph import WorkflowGraph
 from kernel_server.core.jobs import JobState, WorkflowRun, WorkflowState
 from kernel_server.core.status import PlanError
 from kernel_server.scheduler.placement import Candidate, NoCandidate, place
@@ -65,7 +66,8 @@ def _graph():
         "writes": ["x"],
         "producers": {},
     }
-    return {"steps": [step], "edges": [], "inputs": [], "outputs": {"x": 0}}
+    graph = {"steps": [step], "edges": [], "inputs": [], "outputs": {"x": 0}, "source": "x = 1\n"}
+    return WorkflowGraph.from_dict(graph)
 
 
 def test_store_persists_and_recovers_workflows(tmp_path):
@@ -88,24 +90,25 @@ def test_store_persists_and_recovers_workflows(tmp_path):
     assert loaded.state is WorkflowState.RUNNING
     assert loaded.steps[0].state is JobState.QUEUED
     assert again.workflow_inputs("wf-1") == {"a": b"blob"}
-    assert again.workflow_row("wf-1")["options"]["shots"] == 10
-    assert again.events("wf-1")[0]["state"] == "queued"
+    row = again.workflow_row("wf-1")
+    assert row is not None and row.options.shots == 10
+    assert again.events("wf-1")[0].state == "queued"
     assert (path.stat().st_mode & 0o777) == 0o600
 
 
 def test_registry_dedupes_and_deploys(tmp_path):
     reg = Registry(tmp_path)
-    a = reg.create("x = 1\n", _graph(), {"shots": 5}, "one", {})
-    again = reg.create("x = 1\n", _graph(), {"shots": 5}, "one", {})
+    a = reg.create(_graph(), {"shots": 5}, "one", {})
+    again = reg.create(_graph(), {"shots": 5}, "one", {})
     assert a.id == again.id and len(reg.list()) == 1
     # The same cell without --name is an image of its own: it does not carry the earlier name.
-    unnamed = reg.create("x = 1\n", _graph(), {"shots": 5}, None, {})
+    unnamed = reg.create(_graph(), {"shots": 5}, None, {})
     assert unnamed.id != a.id and unnamed.name != "one" and len(reg.list()) == 2
     assert reg.deploy(a.id, {"priority": "jct"}).deployed == {"shots": 5, "priority": "jct"}
     with pytest.raises(UnknownImage):
         reg.get("img-nope")
     with pytest.raises(ConfigError):
-        reg.create("x = 2\n", _graph(), {"bogus": 1}, None, {})
+        reg.create(_graph(), {"bogus": 1}, None, {})
 
 
 def test_unknown_placement_policy_is_a_config_error():
@@ -159,7 +162,8 @@ def test_run_options_are_defaulted_once_and_survive_the_store(tmp_path):
     store = Store(tmp_path / "state.db")
     run = WorkflowRun.new("wf-2", "img-1", _graph())
     assert store.insert_workflow(run, "demo", options, {})
-    assert stored_options(store.workflow_row("wf-2")["options"]) == options
+    row = store.workflow_row("wf-2")
+    assert row is not None and row.options == options
     # A row an older orchestrator wrote (the config as given) decodes with the defaults.
     assert stored_options({"priority": "jct"}) == RunOptions(priority="jct")
     with pytest.raises(ConfigError, match="shots must be at most 1000000, got 2000000"):

@@ -2,6 +2,7 @@
 and its dict form reads back as the graph the splitter made."""
 
 import ast
+import dataclasses
 import sys
 import textwrap
 from pathlib import Path
@@ -10,6 +11,7 @@ import msgpack
 
 from kernel_server.core import graph as core_graph
 from kernel_server.core.graph import Step, StepKind, WorkflowGraph
+from kernel_server.wire.messages import CreateWorkflow
 from qonductor_jupyter import splitter
 from qonductor_jupyter.splitter import split_cell
 
@@ -56,17 +58,19 @@ def test_what_the_kernel_sends_reads_back_as_the_graph_the_splitter_made():
     graph = split_cell(CELL)
     assert {step.kind for step in graph.steps} == set(StepKind)
     assert graph.mutated_only == ("results",)
-    # What the kernel sends (``api._graph_dict``): the graph's dict with the request's own keys
-    # beside it, in msgpack as the wire carries it (tuples arrive as lists).
-    sent = {**graph.to_dict(), "source": CELL, "required_inputs": ["results"]}
-    received = msgpack.unpackb(msgpack.packb(sent, use_bin_type=True), raw=False)
-    assert isinstance(received["edges"][0], list)
-    restored = WorkflowGraph.from_dict(received)
-    assert restored == graph
-    assert restored.to_dict() == graph.to_dict()
+    # What the kernel sends (``api._with_cell``): the graph with the cell beside its steps, in
+    # the wire's own encoding (msgpack, where tuples arrive as lists), decoded as the request
+    # type does it.
+    sent = dataclasses.replace(graph, source=CELL, required_inputs=("results",))
+    wire = msgpack.unpackb(msgpack.packb(CreateWorkflow(graph=sent).to_dict()), raw=False)
+    assert isinstance(wire["graph"]["edges"][0], list)
+    restored = CreateWorkflow.from_dict(wire).graph
+    assert restored == sent and restored.source == CELL
+    assert WorkflowGraph.from_dict(restored.to_dict()) == sent
     assert restored.describe() == graph.describe()
     assert all(isinstance(step.kind, StepKind) for step in restored.steps)
     assert all(isinstance(edge, tuple) for edge in restored.edges)
+    assert hash(restored.steps[0]) == hash(graph.steps[0])
 
 
 def test_a_step_round_trips_on_its_own_and_stays_hashable():

@@ -2,6 +2,7 @@
 
 import pytest
 
+from kernel_server.core.graph import WorkflowGraph
 from kernel_server.core.jobs import (
     TRANSITIONS,
     IllegalTransition,
@@ -26,7 +27,7 @@ def graph(edges, kinds=("classical", "quantum", "classical")):
         }
         for i, k in enumerate(kinds)
     ]
-    return {"steps": steps, "edges": edges, "inputs": [], "outputs": {}}
+    return WorkflowGraph.from_dict({"steps": steps, "edges": edges, "inputs": [], "outputs": {}})
 
 
 def test_legal_path_records_times_and_history():

@@ -6,6 +6,7 @@ import os
 import psutil
 import pytest
 
+from kernel_server.core.status import NodeStatus
 from kernel_server.scheduler.classical import (
     DEFAULT_SCORING,
     FILTERS,
@@ -470,24 +471,16 @@ def test_cluster_snapshot():
     cluster = ClassicalCluster([GPU4, CPU])
     cluster.place(ClassicalRequest(cores=3, memory_gb=10, accelerator="gpu", accelerator_count=2))
     assert cluster.snapshot() == [
-        {
-            "name": "gpu4",
-            "cores": 8,
-            "memory_gb": 32,
-            "accelerators": {"gpu": 4},
-            "used_cores": 3,
-            "used_memory_gb": 10,
-            "used_accelerators": {"gpu": 2},
-        },
-        {
-            "name": "cpu",
-            "cores": 8,
-            "memory_gb": 32,
-            "accelerators": {},
-            "used_cores": 0,
-            "used_memory_gb": 0,
-            "used_accelerators": {},
-        },
+        NodeStatus(
+            name="gpu4",
+            cores=8,
+            memory_gb=32,
+            accelerators={"gpu": 4},
+            used_cores=3,
+            used_memory_gb=10,
+            used_accelerators={"gpu": 2},
+        ),
+        NodeStatus(name="cpu", cores=8, memory_gb=32),
     ]
 
 

@@ -230,6 +230,8 @@ def _accepted_kinds(t) -> set[str]:
         mi.BytesType: {"bytes"},
         mi.ListType: {"list"},
         mi.DictType: {"dict"},
+        mi.DataclassType: {"dict"},  # an object (the workflow graph)
+        mi.StructType: {"dict"},
         mi.NoneType: {"none"},
         mi.BoolType: {"bool"},
     }

@@ -6,17 +6,21 @@ import stat
 import msgpack
 import pytest
 
+from kernel_server.core.graph import WorkflowGraph
 from kernel_server.wire.connection import ConnectionInfo, new_key
 from kernel_server.wire.envelope import Signer, decode, encode
 from kernel_server.wire.errors import ProtocolError
-from kernel_server.wire.messages import MESSAGES, GetStatus, Invoke, Ping
+from kernel_server.wire.messages import MESSAGES, CreateWorkflow, GetStatus, Invoke, Ping
 
 
 def test_round_trip_every_message_type():
     signer = Signer(b"k" * 32)
+    # Every field has a default but a request's graph: an empty one stands in for it.
+    empty = WorkflowGraph(steps=(), edges=(), inputs=(), outputs={})
     for op, cls in MESSAGES.items():
-        frames = encode(cls(), signer, "rid")
-        env = decode(frames, signer)
+        message = cls(graph=empty) if cls is CreateWorkflow else cls()
+        env = decode(encode(message, signer, "rid"), signer)
+        assert env.message == message
         assert env.message.op == op and env.request_id == "rid"
 
 
