@@ -9,12 +9,13 @@ import ast
 import dataclasses
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
+from kernel_server.core.deployment import ConfigError, DeploymentConfig, load_config
 from kernel_server.core.graph import StepKind
 from kernel_server.wire.messages import (
     CreateWorkflow,
@@ -24,6 +25,7 @@ from kernel_server.wire.messages import (
 )
 
 from .errors import (
+    ConfigurationError,
     QonductorError,
 )
 from .inputs import capture_inputs, check_circuit_widths, function_list_source, pickle_inputs
@@ -93,13 +95,12 @@ def _parameters(graph: WorkflowGraph) -> list[str]:
     return [name for name in graph.inputs if name not in graph.outputs]
 
 
-def _load_config(config: dict[str, Any] | str | None) -> dict[str, Any]:
-    from kernel_server.core.deployment import ConfigError, load_config
-
+def _load_config(config: Mapping[str, Any] | str | None) -> DeploymentConfig:
+    """A user's config (a dict or a YAML file), checked here: the wire carries it typed."""
     try:
         return load_config(config)
     except ConfigError as exc:
-        raise QonductorError(str(exc)) from None
+        raise ConfigurationError(str(exc)) from None
 
 
 def create_workflow(
@@ -128,7 +129,7 @@ def create_workflow(
 
 def _create_image(
     graph: WorkflowGraph,
-    cfg: dict[str, Any],
+    cfg: DeploymentConfig,
     name: str | None,
     bound: dict[str, bytes] | None = None,
 ) -> str:
@@ -149,8 +150,8 @@ def invoke(image_id: str, inputs: dict[str, Any] | None = None, **options: Any) 
 def _invoke(image_id: str, blobs: dict[str, bytes], options: dict[str, Any]) -> str:
     # The client picks the id, so a request resent to a restarted orchestrator is not a new run.
     workflow_id = "wf-" + uuid.uuid4().hex[:12]
-    options = {k: v for k, v in options.items() if v is not None}
-    _ask(Invoke(image_id=image_id, workflow_id=workflow_id, inputs=blobs, options=options))
+    layer = _load_config({k: v for k, v in options.items() if v is not None})
+    _ask(Invoke(image_id=image_id, workflow_id=workflow_id, inputs=blobs, options=layer))
     return workflow_id
 
 
@@ -345,7 +346,7 @@ def run_primitive(kind: str, *args: Any, shots: int | None = None) -> Any:
     names = ["circuit", "observables"][: len(args)]
     source = f"value = {kind}({', '.join(names)})\n"
     graph = split_cell(source)
-    image_id = _create_image(_with_cell(source, graph), {}, kind)
+    image_id = _create_image(_with_cell(source, graph), DeploymentConfig(), kind)
     deploy(image_id)
     inputs = pickle_inputs(dict(zip(names, args, strict=True)))
     workflow_id = _invoke(image_id, inputs, {"shots": shots})

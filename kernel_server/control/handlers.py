@@ -12,9 +12,11 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from msgspec import UNSET
+
 from kernel_server.control.machine import UserError
 from kernel_server.control.ownership import CURRENT_SIGNER, CURRENT_USER
-from kernel_server.core.deployment import run_options
+from kernel_server.core.deployment import DeploymentConfig, load_config, run_options
 from kernel_server.core.jobs import WorkflowRun, new_id
 from kernel_server.tasks.qpu import describe_backend
 from kernel_server.wire.circuits import CircuitFormatError, read_call
@@ -111,8 +113,9 @@ class Handlers:
         image = self.orch.registry.deploy(msg.image_id, msg.config, CURRENT_USER.get())
         await self.orch.fleet_ready.wait()
         # Refuse configs no QPU satisfies.
-        self.orch.manager.eligible_qpus(run_options(image.deployed), 0)
-        return ImageDeployed(image_id=image.id, config=image.deployed or {})
+        deployed = image.deployed or DeploymentConfig()
+        self.orch.manager.eligible_qpus(run_options(deployed), 0)
+        return ImageDeployed(image_id=image.id, config=deployed)
 
     async def images(self, msg: ListImages, identity: bytes, rid: str) -> Message:
         owner = CURRENT_USER.get() or None  # the orchestrator's own key sees every image
@@ -149,9 +152,9 @@ class Handlers:
         image = orch.registry.get(msg.image_id, CURRENT_USER.get())
         if image.deployed is None:
             raise UserError(f"image {image.id} is not deployed; call deploy({image.id!r}) first")
-        given = {**image.deployed, **msg.options}
+        given = load_config(msg.options.over(image.deployed))  # the values checked here too
         options = run_options(given)
-        if "shots" in given:  # the default is checked where a call falls back on it
+        if given.shots is not UNSET:  # the default is checked where a call falls back on it
             self._check_shots(options.shots)
         bound = orch.registry.bound(image.id)
         # Only what the image declares required (a function-list workflow's parameters): a

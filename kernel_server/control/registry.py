@@ -13,12 +13,11 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import msgpack
 import msgspec
 
-from kernel_server.core.deployment import validate_config
+from kernel_server.core.deployment import DeploymentConfig, load_config
 from kernel_server.core.files import write_private
 from kernel_server.core.graph import StepKind, WorkflowGraph
 from kernel_server.core.status import ImageSummary
@@ -38,9 +37,9 @@ class Image:
     name: str
     source: str
     graph: WorkflowGraph
-    config: dict[str, Any]
+    config: DeploymentConfig
     created_at: float
-    deployed: dict[str, Any] | None = None
+    deployed: DeploymentConfig | None = None
     bound_names: list[str] = field(default_factory=list)
     owner: str = ""  # the shared orchestrator's user who created it ("": its owner)
 
@@ -86,19 +85,19 @@ class Registry:
     def create(
         self,
         graph: WorkflowGraph,
-        config: dict[str, Any],
+        config: DeploymentConfig,
         name: str | None,
         bound: dict[str, bytes],
         owner: str = "",
     ) -> Image:
-        config = validate_config(config)
+        config = load_config(config)  # typed by the wire; its values checked here
         check_graph(graph)
         source = graph.source
         digest = hashlib.sha256()
         # Each user's images are their own: the same cell of two users makes two images.
         digest.update(f"{owner}\0".encode() if owner else b"")
         digest.update(source.encode())
-        digest.update(json.dumps(config, sort_keys=True).encode())
+        digest.update(json.dumps(config.as_builtins(), sort_keys=True).encode())
         # The name is part of what the image is: the same cell run unnamed after a --name run
         # must not carry that name.
         digest.update((name or "").encode())
@@ -146,11 +145,10 @@ class Registry:
         return msgpack.unpackb(path.read_bytes(), raw=False) if path.is_file() else {}
 
     def deploy(
-        self, image_id: str, config: dict[str, Any] | None, owner: str | None = None
+        self, image_id: str, config: DeploymentConfig | None, owner: str | None = None
     ) -> Image:
         image = self.get(image_id, owner)
-        merged = validate_config({**image.config, **(config or {})})
-        image.deployed = merged
+        image.deployed = load_config(config).over(image.config)  # each layer checked
         self._write(image)
         return image
 

@@ -16,10 +16,12 @@ defaulted here once, which the orchestrator carries, stores and reads by attribu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from kernel_server.core.circuits import DEFAULT_SHOTS, check_shots
 from kernel_server.core.resources import ClassicalRequest
@@ -76,6 +78,40 @@ class QpuRequirements(msgspec.Struct, frozen=True, omit_defaults=True, forbid_un
     backends: tuple[str, ...] = ()
 
 
+class DeploymentConfig(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """Run options as one layer sets them: an image's deployment config (a dict or YAML file),
+    or an invocation's options (the magic's flags). Only what the layer sets is there (encoded
+    as given); :func:`validate_config` makes one, ``over`` lays one on another, and
+    :func:`run_options` defaults the rest."""
+
+    qpu: QpuRequirements | UnsetType = UNSET
+    classical: dict[str, Any] | UnsetType = UNSET  # a ClassicalRequest's fields
+    shots: int | UnsetType = UNSET
+    priority: Priority | UnsetType = UNSET
+    seed: int | UnsetType = UNSET
+    timeout_s: float | UnsetType = UNSET
+    step_timeout_s: float | UnsetType = UNSET
+    placement: str | UnsetType = UNSET
+    plan: str | int | UnsetType = UNSET
+
+    def over(self, base: DeploymentConfig) -> DeploymentConfig:
+        """``base`` with what this layer sets on top (a section, such as ``qpu``, as a whole)."""
+        return msgspec.structs.replace(base, **self.given())
+
+    def given(self) -> dict[str, Any]:
+        """What this layer sets, by option name (typed values)."""
+        return {
+            name: value
+            for name in self.__struct_fields__
+            if (value := getattr(self, name)) is not UNSET
+        }
+
+    def as_builtins(self) -> dict[str, Any]:
+        """What this layer sets as plain values (YAML's and JSON's form)."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
+
+
 class RunOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A workflow run's options: its image's deployment config with the invocation's on top,
     checked by :func:`validate_config` and defaulted here, the only place the defaults live."""
@@ -91,15 +127,13 @@ class RunOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     plan: str | int = "auto"
 
 
-def run_options(config: dict[str, Any] | RunOptions | None) -> RunOptions:
-    """The typed options of a config (a deployment config, an invocation's, a stored run's);
-    ConfigError in the user's words where one is wrong."""
+def run_options(config: DeploymentConfig | Mapping[str, Any] | RunOptions | None) -> RunOptions:
+    """The typed options of a config (a deployment config, an invocation's, a stored run's),
+    defaulted; ConfigError in the user's words where one is wrong."""
     if isinstance(config, RunOptions):
         return config
-    try:
-        return msgspec.convert(validate_config(config or {}), RunOptions)
-    except msgspec.ValidationError as exc:  # a wrong element type in a list (qpu.families)
-        raise ConfigError(f"invalid option: {exc}") from None
+    layer = config if isinstance(config, DeploymentConfig) else validate_config(config or {})
+    return RunOptions(**layer.given())
 
 
 def stored_options(saved: dict[str, Any] | None) -> RunOptions:
@@ -114,10 +148,14 @@ def options_dict(options: RunOptions) -> dict[str, Any]:
     return out
 
 
-def load_config(config: dict[str, Any] | str | Path | None) -> dict[str, Any]:
-    """Accept a dict, a path to a YAML file, or None."""
+def load_config(
+    config: DeploymentConfig | Mapping[str, Any] | str | Path | None,
+) -> DeploymentConfig:
+    """Accept a config, a mapping, a path to a YAML file, or None."""
     if config is None:
-        return {}
+        return DeploymentConfig()
+    if isinstance(config, DeploymentConfig):
+        return validate_config(config.as_builtins())
     if isinstance(config, (str, Path)):
         import yaml
 
@@ -128,7 +166,7 @@ def load_config(config: dict[str, Any] | str | Path | None) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise ConfigError(f"{path} must hold a mapping, not {type(data).__name__}")
         return validate_config(data)
-    if not isinstance(config, dict):
+    if not isinstance(config, Mapping):
         raise ConfigError(f"config must be a dict or a YAML file path, not {type(config).__name__}")
     return validate_config(config)
 
@@ -148,7 +186,10 @@ def _check(section: str, data: dict[str, Any], schema: dict[str, Any]) -> None:
             raise ConfigError(f"option {section}{key!r} must be {names}, got {value!r}")
 
 
-def validate_config(config: dict[str, Any]) -> dict[str, Any]:
+def validate_config(config: Mapping[str, Any]) -> DeploymentConfig:
+    """The layer a user's mapping sets, checked: unknown options, wrong types and values are
+    refused with the option's name (a decoder's "Object contains unknown field" would not say
+    which options there are)."""
     config = dict(config or {})
     _check("", config, _TOP_KEYS)
     if "qpu" in config:
@@ -184,7 +225,10 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(
             f"priority must be one of {', '.join(PRIORITIES)}, got {config['priority']!r}"
         )
-    return config
+    try:
+        return msgspec.convert(config, DeploymentConfig)
+    except msgspec.ValidationError as exc:  # a wrong element type in a list (qpu.families)
+        raise ConfigError(f"invalid option: {exc}") from None
 
 
 def classical_request(section: dict[str, Any] | None) -> Any:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from kernel_server.core.deployment import RunOptions
+from kernel_server.core.deployment import DeploymentConfig, RunOptions
 
 
 class _TextEnum(str, Enum):
@@ -188,7 +188,7 @@ class ImageSummary(msgspec.Struct, kw_only=True):
     quantum_steps: int
     inputs: list[str]  # the names a caller must give (not bound by the cell)
     outputs: list[str]
-    config: dict[str, Any]  # the image's deployment config, as the user wrote it
+    config: DeploymentConfig  # the image's config, as the user wrote it
 
 
 # Devices ---------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from typing import Annotated, Any, ClassVar, Generic, TypeVar, get_args, get_ori
 
 import msgspec
 
+from kernel_server.core.deployment import DeploymentConfig
 from kernel_server.core.graph import WorkflowGraph
 from kernel_server.core.status import (
     ComputeStatus,
@@ -156,7 +157,7 @@ class ImageCreated(Message):
 class ImageDeployed(Message):
     op: ClassVar[str] = "image_deployed"
     image_id: str = ""
-    config: dict[str, Any] = {}
+    config: DeploymentConfig = DeploymentConfig()
 
 
 class ImageList(Message):
@@ -210,7 +211,7 @@ class CreateWorkflow(Request[ImageCreated]):
 
     op: ClassVar[str] = "create_workflow"
     graph: WorkflowGraph  # with the cell's source
-    config: dict[str, Any] = {}
+    config: DeploymentConfig = DeploymentConfig()
     name: Annotated[str, msgspec.Meta(max_length=256)] | None = None
     # Objects bound into the image itself (the function-list form of create_workflow).
     bound: dict[str, bytes] = {}
@@ -219,7 +220,7 @@ class CreateWorkflow(Request[ImageCreated]):
 class Deploy(Request[ImageDeployed]):
     op: ClassVar[str] = "deploy"
     image_id: Id = ""
-    config: dict[str, Any] = {}
+    config: DeploymentConfig = DeploymentConfig()  # laid over the image's own
 
 
 class Invoke(Request[Invoked]):
@@ -229,7 +230,7 @@ class Invoke(Request[Invoked]):
     image_id: Id = ""
     workflow_id: Id = ""
     inputs: dict[str, bytes] = {}
-    options: dict[str, Any] = {}
+    options: DeploymentConfig = DeploymentConfig()  # laid over the image's deployment
 
 
 class GetStatus(Request[WorkflowReply]):

@@ -14,6 +14,8 @@ from typing import Any
 
 from qiskit.primitives import PrimitiveResult
 
+from kernel_server.core.deployment import DeploymentConfig
+
 from .job import QonductorJob
 from .pin import Pin
 
@@ -75,7 +77,8 @@ def _image() -> str:
         image_id = _images.get(key)
     if image_id is None:
         graph = split_cell(_SOURCE, NotebookContext(modules=frozenset({"primitive"})))
-        image_id = api._create_image(api._with_cell(_SOURCE, graph), {}, "primitive")
+        cell = api._with_cell(_SOURCE, graph)
+        image_id = api._create_image(cell, DeploymentConfig(), "primitive")
         api.deploy(image_id)
         with _images_lock:
             _images[key] = image_id

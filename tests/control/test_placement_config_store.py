@@ -10,6 +10,8 @@ from kernel_server.control.registry import Registry, UnknownImage
 from kernel_server.control.store import Store
 from kernel_server.core.deployment import (
     ConfigError,
+    DeploymentConfig,
+    QpuRequirements,
     RunOptions,
     run_options,
     stored_options,
@@ -41,10 +43,14 @@ def test_placement_errors():
 
 
 def test_config_validation():
-    assert validate_config({"qpu": {"min_qubits": 20}, "shots": 100}) == {
-        "qpu": {"min_qubits": 20},
-        "shots": 100,
-    }
+    layer = validate_config({"qpu": {"min_qubits": 20}, "shots": 100})
+    assert layer == DeploymentConfig(qpu=QpuRequirements(min_qubits=20), shots=100)
+    assert layer.as_builtins() == {"qpu": {"min_qubits": 20}, "shots": 100}  # only what is set
+    # An invocation's layer over a deployment's: what it sets wins, a section as a whole.
+    invoked = validate_config({"shots": 7, "qpu": {"families": ["Eagle"]}})
+    merged = invoked.over(layer)
+    assert merged == DeploymentConfig(qpu=QpuRequirements(families=("Eagle",)), shots=7)
+    assert run_options(merged).priority == "balanced"  # defaulted where no layer sets it
     with pytest.raises(ConfigError, match="unknown option 'shot'"):
         validate_config({"shot": 100})
     with pytest.raises(ConfigError, match="qpu.'min_qbits'"):
@@ -98,23 +104,26 @@ def test_store_persists_and_recovers_workflows(tmp_path):
 
 def test_registry_dedupes_and_deploys(tmp_path):
     reg = Registry(tmp_path)
-    a = reg.create(_graph(), {"shots": 5}, "one", {})
-    again = reg.create(_graph(), {"shots": 5}, "one", {})
+    five = validate_config({"shots": 5})
+    a = reg.create(_graph(), five, "one", {})
+    again = reg.create(_graph(), five, "one", {})
     assert a.id == again.id and len(reg.list()) == 1
     # The same cell without --name is an image of its own: it does not carry the earlier name.
-    unnamed = reg.create(_graph(), {"shots": 5}, None, {})
+    unnamed = reg.create(_graph(), five, None, {})
     assert unnamed.id != a.id and unnamed.name != "one" and len(reg.list()) == 2
-    assert reg.deploy(a.id, {"priority": "jct"}).deployed == {"shots": 5, "priority": "jct"}
+    deployed = reg.deploy(a.id, validate_config({"priority": "jct"})).deployed
+    assert deployed == DeploymentConfig(shots=5, priority="jct")
+    assert reg.get(a.id).deployed == deployed  # image.json keeps it
     with pytest.raises(UnknownImage):
         reg.get("img-nope")
-    with pytest.raises(ConfigError):
-        reg.create(_graph(), {"bogus": 1}, None, {})
+    with pytest.raises(ConfigError, match="shots must be"):  # the wire types it, not its value
+        reg.create(_graph(), DeploymentConfig(shots=0), None, {})
 
 
 def test_unknown_placement_policy_is_a_config_error():
     with pytest.raises(ConfigError, match="unknown placement policy 'magic'"):
         validate_config({"placement": "magic"})
-    assert validate_config({"placement": "least-busy"}) == {"placement": "least-busy"}
+    assert validate_config({"placement": "least-busy"}).placement == "least-busy"
 
 
 def test_store_keeps_plans_and_migrates_older_databases(tmp_path):
