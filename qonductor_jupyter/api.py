@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from kernel_server.core.deployment import ConfigError, DeploymentConfig, load_config
+from kernel_server.core.deployment import ConfigError, ConfigSource, DeploymentConfig, load_config
 from kernel_server.core.graph import StepKind
 from kernel_server.wire.messages import (
     CreateWorkflow,
@@ -95,7 +95,7 @@ def _parameters(graph: WorkflowGraph) -> list[str]:
     return [name for name in graph.inputs if name not in graph.outputs]
 
 
-def _load_config(config: Mapping[str, Any] | str | None) -> DeploymentConfig:
+def _load_config(config: ConfigSource) -> DeploymentConfig:
     """A user's config (a dict or a YAML file), checked here: the wire carries it typed."""
     try:
         return load_config(config)
@@ -105,7 +105,7 @@ def _load_config(config: Mapping[str, Any] | str | None) -> DeploymentConfig:
 
 def create_workflow(
     code: str | list[Any],
-    config: dict[str, Any] | str | None = None,
+    config: ConfigSource = None,
     name: str | None = None,
     graph: WorkflowGraph | None = None,
 ) -> str:
@@ -137,17 +137,17 @@ def _create_image(
     return created.image_id
 
 
-def deploy(image_id: str, config: dict[str, Any] | str | None = None) -> str:
+def deploy(image_id: str, config: ConfigSource = None) -> str:
     """Deploy an image (optionally overriding its configuration); returns the image id."""
     return _ask(Deploy(image_id=image_id, config=_load_config(config))).image_id
 
 
-def invoke(image_id: str, inputs: dict[str, Any] | None = None, **options: Any) -> str:
+def invoke(image_id: str, inputs: Mapping[str, object] | None = None, **options: Any) -> str:
     """Start a run of a deployed image; returns the workflow id at once."""
     return _invoke(image_id, pickle_inputs(inputs or {}), options)
 
 
-def _invoke(image_id: str, blobs: dict[str, bytes], options: dict[str, Any]) -> str:
+def _invoke(image_id: str, blobs: dict[str, bytes], options: dict[str, object]) -> str:
     # The client picks the id, so a request resent to a restarted orchestrator is not a new run.
     workflow_id = "wf-" + uuid.uuid4().hex[:12]
     layer = _load_config({k: v for k, v in options.items() if v is not None})
@@ -169,7 +169,7 @@ class CellSplit:
     graph: WorkflowGraph
 
 
-def split_in_notebook(source: str, namespace: dict[str, Any]) -> CellSplit:
+def split_in_notebook(source: str, namespace: dict[str, object]) -> CellSplit:
     """Split a cell as it reads in this notebook; a QonductorError says where it is not Python
     (or uses what the splitter does not support)."""
     from .notebook_names import notebook_context
@@ -187,8 +187,8 @@ def split_in_notebook(source: str, namespace: dict[str, Any]) -> CellSplit:
 
 def submit_cell(
     source: str,
-    namespace: dict[str, Any],
-    config: dict[str, Any] | str | None = None,
+    namespace: dict[str, object],
+    config: ConfigSource = None,
     name: str | None = None,
     **options: Any,
 ) -> tuple[str, WorkflowGraph]:
@@ -199,10 +199,10 @@ def submit_cell(
 
 def _submit(
     cell: CellSplit,
-    namespace: dict[str, Any],
-    config: dict[str, Any] | str | None,
+    namespace: dict[str, object],
+    config: ConfigSource,
     name: str | None,
-    options: dict[str, Any],
+    options: dict[str, object],
 ) -> str:
     """Register, deploy and invoke a split cell with the notebook's values; the workflow id."""
     from .preflight import check_static_widths
@@ -221,7 +221,7 @@ def _submit(
     return workflow_id
 
 
-def _with_calls(graph: WorkflowGraph, cell: CellSplit, values: dict[str, Any]) -> WorkflowGraph:
+def _with_calls(graph: WorkflowGraph, cell: CellSplit, values: dict[str, object]) -> WorkflowGraph:
     """The graph with each hybrid step's number of QPU calls as its text shows it (the
     orchestrator weighs its plan over all of them: core.plans)."""
     if not any(step.kind is StepKind.HYBRID for step in graph.steps):
@@ -260,9 +260,9 @@ SLOW_AFTER_S = 0.5
 
 def run_cell(
     source: str,
-    namespace: dict[str, Any],
+    namespace: dict[str, object],
     *,
-    config: dict[str, Any] | str | None = None,
+    config: ConfigSource = None,
     name: str | None = None,
     dry_run: bool = False,
     detach: bool = False,
@@ -319,7 +319,7 @@ def _wait_for_cell(
 
 def collect(
     workflow_id: str,
-    namespace: dict[str, Any],
+    namespace: dict[str, object],
     timeout: float | None = None,
     reply: WorkflowReply | None = None,
 ) -> tuple[WorkflowReply, dict[str, Any]]:

@@ -198,7 +198,7 @@ class WorkflowHandle(futures.Future[Any]):
     def __init__(
         self,
         workflow_id: str,
-        namespace: dict[str, Any] | None = None,
+        namespace: dict[str, object] | None = None,
         on_done: Callable[[WorkflowHandle], None] | None = None,
     ) -> None:
         super().__init__()

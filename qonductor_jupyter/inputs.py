@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import cloudpickle
@@ -23,7 +23,7 @@ from .splitter import WorkflowGraph
 KERNEL_ONLY_NAMES = frozenset({"get_ipython", "exit", "quit", "In", "Out", "_ih", "_oh", "_dh"})
 
 
-def capture_inputs(graph: WorkflowGraph, namespace: dict[str, Any]) -> dict[str, Any]:
+def capture_inputs(graph: WorkflowGraph, namespace: dict[str, object]) -> dict[str, Any]:
     """The values of the cell's free names that the notebook has.
 
     A name the notebook lacks is left out, not refused: the splitter's reads are conservative (a
@@ -39,7 +39,7 @@ def capture_inputs(graph: WorkflowGraph, namespace: dict[str, Any]) -> dict[str,
     return {n: namespace[n] for n in graph.inputs if n in namespace}
 
 
-def pickle_inputs(inputs: dict[str, Any]) -> dict[str, bytes]:
+def pickle_inputs(inputs: Mapping[str, object]) -> dict[str, bytes]:
     """The inputs pickled by name; an InputError lists every one that cannot be."""
     from kernel_server.core.cell_functions import mark_origin
 
@@ -64,7 +64,9 @@ def pickle_inputs(inputs: dict[str, Any]) -> dict[str, bytes]:
     return blobs
 
 
-def check_circuit_widths(values: dict[str, Any], devices: Callable[[], list[DeviceStatus]]) -> None:
+def check_circuit_widths(
+    values: dict[str, object], devices: Callable[[], list[DeviceStatus]]
+) -> None:
     """Refuse input circuits wider than every QPU before anything is queued."""
     widths = {
         n: v.num_qubits

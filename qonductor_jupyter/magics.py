@@ -16,7 +16,13 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from kernel_server.core.circuits import check_shots
-from kernel_server.core.deployment import PRIORITIES
+from kernel_server.core.deployment import (
+    PRIORITIES,
+    ConfigError,
+    ConfigSource,
+    DeploymentConfig,
+    load_config,
+)
 from kernel_server.core.status import WorkflowState
 
 from . import api, commands
@@ -214,7 +220,7 @@ class QonductorMagics(Magics):
             raise
         return None
 
-    def _config(self, spec: list[str] | None) -> dict[str, Any] | str | None:
+    def _config(self, spec: list[str] | None) -> ConfigSource:
         """``--config``: the name of a dict in the notebook, the mapping itself (a Python or
         YAML literal), or a YAML file (load_config says clearly if it does not exist)."""
         if not spec:
@@ -250,7 +256,7 @@ def _plan_option(value: str) -> str | int:
     return plan
 
 
-def _mapping_literal(text: str) -> dict[str, Any]:
+def _mapping_literal(text: str) -> DeploymentConfig:
     """``{'qpu': {'min_qubits': 20}}`` (Python) or ``{qpu: {min_qubits: 20}}`` (YAML)."""
     import yaml
 
@@ -263,10 +269,13 @@ def _mapping_literal(text: str) -> dict[str, Any]:
             raise UsageError(f"--config {text}: not a mapping ({exc})") from None
     if not isinstance(value, dict):
         raise UsageError(f"--config {text}: not a mapping")
-    return value
+    try:
+        return load_config(value)
+    except ConfigError as exc:
+        raise UsageError(f"--config {text}: {exc}") from None
 
 
-def _last_value(tree: ast.Module, namespace: dict[str, Any]) -> Any:
+def _last_value(tree: ast.Module, namespace: dict[str, object]) -> Any:
     """A cell that ends in a name (``counts``, ``result.x``, ``data[0]``) shows its value, as a
     plain cell does. Only such plain lookups are evaluated again here: a call could repeat
     side effects that already happened on the orchestrator."""

@@ -31,7 +31,7 @@ from kernel_server.core.dataflow import DELETED
 class Applied:
     """What bringing a workflow's values back did."""
 
-    values: dict[str, Any] = field(default_factory=dict)  # every name the cell left, by value
+    values: dict[str, object] = field(default_factory=dict)  # every name the cell left, by value
     in_place: list[str] = field(default_factory=list)  # changed inside the notebook's object
     replaced: list[str] = field(default_factory=list)  # could not change in place: rebound
     kept: dict[str, str] = field(default_factory=dict)  # name -> why the notebook's stays
@@ -132,7 +132,7 @@ def _why_kept(target: Any, new: Any) -> str:
 def apply_outputs(
     workflow_id: str,
     blobs: dict[str, bytes],
-    namespace: dict[str, Any],
+    namespace: dict[str, object],
     sent: dict[str, bytes] | None = None,
     mutated_only: tuple[str, ...] | list[str] = (),
     source: str | None = None,
@@ -145,7 +145,7 @@ def apply_outputs(
         # tracebacks in later cells) is the cell's.
         filename = cell_filename(workflow_id)
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     for name, blob in blobs.items():
         if blob == DELETED:
             namespace.pop(name, None)  # the cell ran ``del name``

@@ -143,7 +143,7 @@ def _function_node(fn: types.FunctionType) -> ast.FunctionDef | ast.AsyncFunctio
 class _Reader:
     """Summaries of the namespace's values, cached per value for one cell."""
 
-    def __init__(self, namespace: dict[str, Any]):
+    def __init__(self, namespace: dict[str, object]):
         self.namespace = namespace
         # Inside notebook code these names are primitives, as in a cell: a step gives the code
         # it runs its own ``sample``/``estimate``; and any aliases the notebook has.
@@ -271,7 +271,7 @@ def _cell_names(tree: ast.Module) -> set[str]:
     return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
 
 
-def notebook_context(source: str | ast.Module, namespace: dict[str, Any]) -> NotebookContext:
+def notebook_context(source: str | ast.Module, namespace: dict[str, object]) -> NotebookContext:
     """The NotebookContext of a cell: its names, and those the notebook functions it uses read,
     as the kernel's namespace has them now."""
     tree = ast.parse(source) if isinstance(source, str) else source

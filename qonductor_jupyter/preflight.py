@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import ast
 import numbers
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sized
 
 from kernel_server.core.status import DeviceStatus
 
@@ -25,11 +24,12 @@ def _constructor(node: ast.Call) -> str | None:
     return name if name in _WIDTH_CONSTRUCTORS else None
 
 
-def _int_value(node: ast.expr, values: dict[str, Any]) -> int | None:
+def _int_value(node: ast.expr, values: dict[str, object]) -> int | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, int):
         return None if isinstance(node.value, bool) else node.value
-    if isinstance(node, ast.Name) and isinstance(values.get(node.id), numbers.Integral):
-        return int(values[node.id])
+    value = values.get(node.id) if isinstance(node, ast.Name) else None
+    if isinstance(value, numbers.Integral):
+        return int(value)
     return None
 
 
@@ -45,7 +45,7 @@ def _outside_functions(tree: ast.AST) -> list[ast.AST]:
     return nodes
 
 
-def static_widths(source: str, values: dict[str, Any]) -> list[tuple[int, str]]:
+def static_widths(source: str, values: dict[str, object]) -> list[tuple[int, str]]:
     """(qubits, line) of every circuit or register whose width the cell states outright: an
     integer literal, or a name the cell never assigns whose notebook value is an integer."""
     tree = ast.parse(source)
@@ -66,7 +66,7 @@ def static_widths(source: str, values: dict[str, Any]) -> list[tuple[int, str]]:
 
 
 def check_static_widths(
-    source: str, values: dict[str, Any], fleet: Callable[[], list[DeviceStatus]]
+    source: str, values: dict[str, object], fleet: Callable[[], list[DeviceStatus]]
 ) -> None:
     """InputError for a width no QPU of the fleet has, before anything is queued."""
     widths = static_widths(source, values)
@@ -86,15 +86,17 @@ def check_static_widths(
 _OPTIMIZER_LIMITS = ("maxiter", "maxfev", "max_iterations", "maxiters")
 
 
-def _iterations(node: ast.expr, values: dict[str, Any]) -> int | None:
+def _iterations(node: ast.expr, values: dict[str, object]) -> int | None:
     """How many times ``for ... in node`` iterates, where the cell (or the notebook) says."""
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
         return len(node.elts)
     if isinstance(node, ast.Name):
         value = values.get(node.id)
+        if not isinstance(value, Sized):
+            return None
         try:
-            return len(value) if value is not None else None
-        except TypeError:
+            return len(value)
+        except TypeError:  # a __len__ that refuses
             return None
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
         name, args = node.func.id, node.args
@@ -111,7 +113,7 @@ def _iterations(node: ast.expr, values: dict[str, Any]) -> int | None:
     return None
 
 
-def _optimizer_limit(node: ast.AST, values: dict[str, Any]) -> int | None:
+def _optimizer_limit(node: ast.AST, values: dict[str, object]) -> int | None:
     """``maxiter=30`` or ``options={"maxiter": 30}`` of a call: an optimizer's own loop."""
     for call in ast.walk(node):
         if not isinstance(call, ast.Call):
@@ -136,7 +138,7 @@ def _is_quantum_call(node: ast.AST, quantum_names: frozenset[str]) -> bool:
 
 
 def expected_calls(
-    source: str, values: dict[str, Any], quantum_names: frozenset[str]
+    source: str, values: dict[str, object], quantum_names: frozenset[str]
 ) -> int | None:
     """How many QPU calls a hybrid step makes, where its text says: each call site counts the
     iterations of the loops around it; a call that hands a quantum function to an optimizer

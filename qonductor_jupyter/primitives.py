@@ -11,10 +11,13 @@ Kept free of heavy imports: ``%load_ext`` and ``import qonductor_jupyter`` stay 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kernel_server.tasks.primitives import StepPrimitives
 
 
-def _step_primitives() -> dict[str, Any] | None:
+def _step_primitives() -> StepPrimitives | None:
     step = sys.modules.get("kernel_server.tasks.primitives")
     if step is None:
         return None
@@ -35,7 +38,7 @@ def sample(circuits: Any, shots: int | None = None) -> Any:
     (a dict from bitstrings to shots, or a list of them)."""
     step = _step_primitives()
     if step is not None:
-        return step["sample"](circuits, shots=shots)
+        return step.sample(circuits, shots=shots)
     from .api import run_primitive
 
     return run_primitive("sample", circuits, shots=shots)
@@ -46,7 +49,7 @@ def estimate(circuit: Any, observables: Any, shots: int | None = None) -> Any:
     a list of them) on the circuit's state, measured on a QPU the orchestrator picks."""
     step = _step_primitives()
     if step is not None:
-        return step["estimate"](circuit, observables, shots=shots)
+        return step.estimate(circuit, observables, shots=shots)
     from .api import run_primitive
 
     return run_primitive("estimate", circuit, observables, shots=shots)

@@ -191,7 +191,7 @@ def raise_final(reply: WorkflowReply, applied: Applied | None = None) -> None:
         raise WorkflowCancelled(f"workflow {reply.workflow_id} was cancelled{kept}")
 
 
-def bring_back(workflow_id: str, reply: WorkflowReply, namespace: dict[str, Any]) -> Applied:
+def bring_back(workflow_id: str, reply: WorkflowReply, namespace: dict[str, object]) -> Applied:
     """Set the names a final workflow left behind in the namespace (main thread only: values
     are unpickled here, and qiskit objects must not be built beside the user's own code)."""
     with _submissions_lock:

@@ -19,7 +19,7 @@ from typing import Any
 import msgpack
 import msgspec
 
-from kernel_server.core.deployment import RunOptions, options_dict, stored_options
+from kernel_server.core.deployment import RunOptions, stored_options
 from kernel_server.core.graph import WorkflowGraph
 from kernel_server.core.jobs import JobRecord, JobState, WorkflowRun, WorkflowState
 from kernel_server.core.status import DeviceInfo, PlanError, Plans, WorkflowSummary
@@ -212,7 +212,7 @@ class Store:
                         run.state.value,
                         run.created_at,
                         msgspec.json.encode(run.graph).decode(),
-                        json.dumps(options_dict(options)),
+                        msgspec.json.encode(options).decode(),
                         _pack(inputs),
                         owner,
                     ),
@@ -259,7 +259,7 @@ class Store:
             finished_at=row[5],
             error=row[6],
             graph=msgspec.json.decode(row[7], type=WorkflowGraph),
-            options=stored_options(json.loads(row[8] or "{}")),
+            options=stored_options(row[8]),
             stdout=row[9] or "",
         )
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import linecache
 import types
-from typing import Any
+from typing import Any, TypeGuard
 
 CELL_MODULE = "__qonductor_cell__"
 NOTEBOOK_MODULES = frozenset({CELL_MODULE, "__main__"})
@@ -50,11 +50,11 @@ def _restored_code(fn: types.FunctionType) -> types.CodeType:
     return _with_filename(fn.__code__, filename)
 
 
-def is_notebook_function(value: Any) -> bool:
+def is_notebook_function(value: object) -> TypeGuard[types.FunctionType]:
     return isinstance(value, types.FunctionType) and value.__module__ in NOTEBOOK_MODULES
 
 
-def _rebound(fn: types.FunctionType, namespace: dict[str, Any]) -> types.FunctionType:
+def _rebound(fn: types.FunctionType, namespace: dict[str, object]) -> types.FunctionType:
     code = _restored_code(fn)
     new = types.FunctionType(code, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
     new.__kwdefaults__ = fn.__kwdefaults__
@@ -66,7 +66,7 @@ def _rebound(fn: types.FunctionType, namespace: dict[str, Any]) -> types.Functio
 
 
 def rebind_cell_functions(
-    values: dict[str, Any], namespace: dict[str, Any], fill: bool = False
+    values: dict[str, object], namespace: dict[str, object], fill: bool = False
 ) -> None:
     """Replace each notebook function in ``values`` by one whose globals are ``namespace``.
 

@@ -85,7 +85,7 @@ class DeploymentConfig(msgspec.Struct, frozen=True, omit_defaults=True, forbid_u
     :func:`run_options` defaults the rest."""
 
     qpu: QpuRequirements | UnsetType = UNSET
-    classical: dict[str, Any] | UnsetType = UNSET  # a ClassicalRequest's fields
+    classical: ClassicalRequest | UnsetType = UNSET
     shots: int | UnsetType = UNSET
     priority: Priority | UnsetType = UNSET
     seed: int | UnsetType = UNSET
@@ -107,8 +107,9 @@ class DeploymentConfig(msgspec.Struct, frozen=True, omit_defaults=True, forbid_u
         }
 
     def as_builtins(self) -> dict[str, Any]:
-        """What this layer sets as plain values (YAML's and JSON's form)."""
-        out: dict[str, Any] = msgspec.to_builtins(self)
+        """What this layer sets as plain values: JSON's form, as a user writes it (lists, where
+        ``msgspec.to_builtins`` would keep tuples)."""
+        out: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(self))
         return out
 
 
@@ -117,7 +118,7 @@ class RunOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     checked by :func:`validate_config` and defaulted here, the only place the defaults live."""
 
     qpu: QpuRequirements = QpuRequirements()
-    classical: dict[str, Any] | None = None  # a ClassicalRequest's fields (classical_request)
+    classical: ClassicalRequest | None = None  # None: classical_request's defaults
     shots: int = DEFAULT_SHOTS
     priority: Priority = "balanced"
     seed: int | None = None
@@ -136,22 +137,19 @@ def run_options(config: DeploymentConfig | Mapping[str, Any] | RunOptions | None
     return RunOptions(**layer.given())
 
 
-def stored_options(saved: dict[str, Any] | None) -> RunOptions:
-    """Options the store kept (``options_dict``'s form, or an older row's partial config):
-    checked when they were given, so decoded as they are."""
-    return msgspec.convert(saved or {}, RunOptions)
+def stored_options(saved: bytes | str | None) -> RunOptions:
+    """Options the store kept (``msgspec.json.encode(options)``, or an older row's partial
+    config): checked when they were given, so decoded as they are."""
+    return msgspec.json.decode(saved or b"{}", type=RunOptions)
 
 
-def options_dict(options: RunOptions) -> dict[str, Any]:
-    """The options as builtins, every one (the store's and the status replies' form)."""
-    out: dict[str, Any] = msgspec.to_builtins(options)
-    return out
+# What a user may give as a config: a checked one, a mapping as they write it (a dict, parsed
+# YAML), a YAML file's path, or nothing.
+ConfigSource = DeploymentConfig | Mapping[str, Any] | str | Path | None
 
 
-def load_config(
-    config: DeploymentConfig | Mapping[str, Any] | str | Path | None,
-) -> DeploymentConfig:
-    """Accept a config, a mapping, a path to a YAML file, or None."""
+def load_config(config: ConfigSource) -> DeploymentConfig:
+    """The checked layer of a config source (an empty one for None)."""
     if config is None:
         return DeploymentConfig()
     if isinstance(config, DeploymentConfig):
@@ -231,6 +229,8 @@ def validate_config(config: Mapping[str, Any]) -> DeploymentConfig:
         raise ConfigError(f"invalid option: {exc}") from None
 
 
-def classical_request(section: dict[str, Any] | None) -> Any:
+def classical_request(section: ClassicalRequest | Mapping[str, Any] | None) -> ClassicalRequest:
     """The ClassicalRequest of a workflow's ``classical:`` section (defaults: 1 core, 0.5 GB)."""
+    if isinstance(section, ClassicalRequest):
+        return section
     return ClassicalRequest(**(section or {}))

@@ -299,18 +299,19 @@ def json_schema() -> dict[str, Any]:
     """
     _, components = msgspec.json.schema_components(UI_TYPES, ref_template="#/$defs/{name}")
     for struct in _structs(UI_TYPES):
-        if not getattr(struct, "__struct_config__").omit_defaults:  # noqa: B009 (a Struct's)
+        config = getattr(struct, "__struct_config__", None)  # None: a dataclass, written whole
+        if config is None or not config.omit_defaults:
             schema = components[struct.__name__]
             schema["required"] = list(schema.get("properties", {}))
     return {"$defs": components}
 
 
 def _structs(types: tuple[type, ...]) -> list[type]:
-    """Every Struct type reachable from ``types``."""
+    """Every Struct and dataclass type reachable from ``types``."""
     seen: dict[type, None] = {}
 
     def walk(t: msgspec.inspect.Type) -> None:
-        if isinstance(t, msgspec.inspect.StructType):
+        if isinstance(t, (msgspec.inspect.StructType, msgspec.inspect.DataclassType)):
             if t.cls in seen:
                 return
             seen[t.cls] = None

@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -122,6 +122,70 @@ def fit_wide_correction(rows: Sequence[Mapping[str, Any]], seed: int = 0) -> Boo
     return BoostedCorrection.from_sklearn(gbr)
 
 
+class GroupScores(TypedDict):
+    """How close a model and the numerical baseline came on one group of runs."""
+
+    runs: int
+    mean_fidelity: float
+    within: float  # share within the tolerance
+    baseline_within: float
+    mae: float
+    baseline_mae: float
+
+
+class WideScores(TypedDict):
+    tolerance: float
+    groups: dict[str, GroupScores]  # all, per family, per width band, fidelity >= 0.1
+
+
+class WideCV(TypedDict):
+    scheme: str
+    families: int
+    rows: list[Mapping[str, Any]]
+    predictions: np.ndarray
+    summary: WideScores
+
+
+class Scores(TypedDict):
+    """The fidelity model's figures on a set of runs (``evaluate``)."""
+
+    rows: int
+    unmitigated_rows: int
+    mitigated_rows: int
+    unmitigated_within: float
+    baseline_unmitigated_within: float
+    unmitigated_mae: float
+    baseline_unmitigated_mae: float
+    mitigated_mae: float
+    baseline_mitigated_mae: float
+    mitigated_mae_reduction: float
+    tolerance: float
+
+
+class FidelityCV(TypedDict):
+    scheme: str
+    families: int
+    ideal_known: Scores
+    ideal_unknown: Scores
+
+
+class FidelityCVRun(FidelityCV):
+    """The cross-validation with each row's held-out prediction (ideal features known, and
+    masked)."""
+
+    predictions: np.ndarray
+    predictions_unknown: np.ndarray
+
+
+class TrainingReport(TypedDict):
+    data: str
+    out: str
+    rows: int
+    cv: FidelityCV
+    wide_rows: int
+    wide_cv: WideScores | None
+
+
 def predict_wide(correction: BoostedCorrection, rows: Sequence[Mapping[str, Any]]) -> np.ndarray:
     """The wide correction's fidelity for unmitigated ``rows``."""
     x, baseline = _wide_inputs(rows)
@@ -130,20 +194,20 @@ def predict_wide(correction: BoostedCorrection, rows: Sequence[Mapping[str, Any]
 
 def cross_validate_wide(
     rows: Sequence[Mapping[str, Any]], n_splits: int = CV_FOLDS, seed: int = 0
-) -> dict[str, Any]:
+) -> WideCV:
     """Leave-families-out predictions of the wide correction for the unmitigated ``rows``."""
     rows = [r for r in rows if r["stack"] == "none"]
     predicted = np.full(len(rows), np.nan)
     for train_idx, test_idx in family_folds(rows, n_splits, seed):
         correction = fit_wide_correction([rows[i] for i in train_idx], seed)
         predicted[test_idx] = predict_wide(correction, [rows[i] for i in test_idx])
-    return {
-        "scheme": f"{n_splits} folds of whole circuit families (seed {seed})",
-        "families": len({r["family"] for r in rows}),
-        "rows": rows,
-        "predictions": predicted,
-        "summary": evaluate_wide(rows, predicted),
-    }
+    return WideCV(
+        scheme=f"{n_splits} folds of whole circuit families (seed {seed})",
+        families=len({r["family"] for r in rows}),
+        rows=rows,
+        predictions=predicted,
+        summary=evaluate_wide(rows, predicted),
+    )
 
 
 WIDTH_BANDS: tuple[tuple[int, int], ...] = ((17, 24), (25, 32), (33, 40))
@@ -151,7 +215,7 @@ WIDTH_BANDS: tuple[tuple[int, int], ...] = ((17, 24), (25, 32), (33, 40))
 
 def evaluate_wide(
     rows: Sequence[Mapping[str, Any]], predicted: np.ndarray, tolerance: float = 0.05
-) -> dict[str, Any]:
+) -> WideScores:
     """Within ``tolerance`` and MAE of ``predicted`` and of the numerical baseline, over all
     ``rows``, per family, per width band and over the runs whose fidelity is at least 0.1 (so
     that near-zero runs, easy for any estimate, do not flatter the score)."""
@@ -166,23 +230,23 @@ def evaluate_wide(
     groups["fidelity >= 0.1"] = truth >= 0.1
     err = np.abs(np.asarray(predicted) - truth)
     base_err = np.abs(numerical - truth)
-    out: dict[str, Any] = {"tolerance": tolerance, "groups": {}}
+    out = WideScores(tolerance=tolerance, groups={})
     for name, mask in groups.items():
         if mask.any():
-            out["groups"][name] = {
-                "runs": int(mask.sum()),
-                "mean_fidelity": float(truth[mask].mean()),
-                "within": float(np.mean(err[mask] <= tolerance)),
-                "baseline_within": float(np.mean(base_err[mask] <= tolerance)),
-                "mae": float(err[mask].mean()),
-                "baseline_mae": float(base_err[mask].mean()),
-            }
+            out["groups"][name] = GroupScores(
+                runs=int(mask.sum()),
+                mean_fidelity=float(truth[mask].mean()),
+                within=float(np.mean(err[mask] <= tolerance)),
+                baseline_within=float(np.mean(base_err[mask] <= tolerance)),
+                mae=float(err[mask].mean()),
+                baseline_mae=float(base_err[mask].mean()),
+            )
     return out
 
 
 def evaluate(
     rows: Sequence[Mapping[str, Any]], predicted: np.ndarray, tolerance: float = 0.05
-) -> dict[str, float]:
+) -> Scores:
     """The issue's figures for predictions of ``rows`` (against their Hellinger fidelity).
 
     Unmitigated rows: the share within ``tolerance``, for the model and the numerical baseline.
@@ -197,21 +261,21 @@ def evaluate(
     plain = ~mitigated
     model_mae = float(err[mitigated].mean()) if mitigated.any() else float("nan")
     base_mae = float(base_err[mitigated].mean()) if mitigated.any() else float("nan")
-    return {
-        "rows": int(len(rows)),
-        "unmitigated_rows": int(plain.sum()),
-        "mitigated_rows": int(mitigated.sum()),
-        "unmitigated_within": float(np.mean(err[plain] <= tolerance)) if plain.any() else 0.0,
-        "baseline_unmitigated_within": float(np.mean(base_err[plain] <= tolerance))
+    return Scores(
+        rows=int(len(rows)),
+        unmitigated_rows=int(plain.sum()),
+        mitigated_rows=int(mitigated.sum()),
+        unmitigated_within=float(np.mean(err[plain] <= tolerance)) if plain.any() else 0.0,
+        baseline_unmitigated_within=float(np.mean(base_err[plain] <= tolerance))
         if plain.any()
         else 0.0,
-        "unmitigated_mae": float(err[plain].mean()) if plain.any() else float("nan"),
-        "baseline_unmitigated_mae": float(base_err[plain].mean()) if plain.any() else float("nan"),
-        "mitigated_mae": model_mae,
-        "baseline_mitigated_mae": base_mae,
-        "mitigated_mae_reduction": 1.0 - model_mae / base_mae if base_mae else float("nan"),
-        "tolerance": tolerance,
-    }
+        unmitigated_mae=float(err[plain].mean()) if plain.any() else float("nan"),
+        baseline_unmitigated_mae=float(base_err[plain].mean()) if plain.any() else float("nan"),
+        mitigated_mae=model_mae,
+        baseline_mitigated_mae=base_mae,
+        mitigated_mae_reduction=1.0 - model_mae / base_mae if base_mae else float("nan"),
+        tolerance=tolerance,
+    )
 
 
 def family_folds(
@@ -230,7 +294,7 @@ def family_folds(
 
 def cross_validate(
     rows: Sequence[Mapping[str, Any]], n_splits: int = CV_FOLDS, seed: int = 0
-) -> dict[str, Any]:
+) -> FidelityCVRun:
     """Leave-families-out predictions for every row, with ideal features known and masked."""
     rows = list(rows)
     known = np.full(len(rows), np.nan)
@@ -240,14 +304,14 @@ def cross_validate(
         model = fit_fidelity_model([rows[i] for i in train_idx], seed=seed)
         known[test_idx] = model.predict([rows[i] for i in test_idx])
         unknown[test_idx] = model.predict([masked_rows[i] for i in test_idx])
-    return {
-        "scheme": f"{n_splits} folds of whole circuit families (seed {seed})",
-        "families": len({r["family"] for r in rows}),
-        "ideal_known": evaluate(rows, known),
-        "ideal_unknown": evaluate(rows, unknown),
-        "predictions": known,
-        "predictions_unknown": unknown,
-    }
+    return FidelityCVRun(
+        scheme=f"{n_splits} folds of whole circuit families (seed {seed})",
+        families=len({r["family"] for r in rows}),
+        ideal_known=evaluate(rows, known),
+        ideal_unknown=evaluate(rows, unknown),
+        predictions=known,
+        predictions_unknown=unknown,
+    )
 
 
 def train_fidelity(
@@ -255,7 +319,7 @@ def train_fidelity(
     out_path: str | Path = DEFAULT_MODEL_PATH,
     seed: int = 0,
     wide_path: str | Path | None = None,
-) -> dict[str, Any]:
+) -> TrainingReport:
     """Cross-validate, fit on all rows, save; return the CV report. ``wide_path`` (default: the
     shipped wide runs, where present) adds the wide correction."""
     import datetime as dt
@@ -269,12 +333,16 @@ def train_fidelity(
     rows = load_rows(data_path)
     if len({r["family"] for r in rows}) < 2:
         raise ValueError(f"{data_path}: need rows of at least two circuit families")
-    cv = cross_validate(rows, seed=seed)
-    cv.pop("predictions")
-    cv.pop("predictions_unknown")
+    run = cross_validate(rows, seed=seed)
+    cv = FidelityCV(
+        scheme=run["scheme"],
+        families=run["families"],
+        ideal_known=run["ideal_known"],
+        ideal_unknown=run["ideal_unknown"],
+    )
     wide_file = Path(wide_path) if wide_path is not None else DEFAULT_WIDE_DATA_PATH
     wide_rows = load_rows(wide_file) if wide_file.is_file() else []
-    wide_cv: dict[str, Any] | None = None
+    wide_cv: WideScores | None = None
     metadata = {
         "trained_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "training_rows": len(rows),
@@ -306,17 +374,17 @@ def train_fidelity(
             "cv": {name: g for name, g in wide_cv["groups"].items() if name == "all"},
         }
     fit_fidelity_model(rows, seed=seed, metadata=metadata, wide_rows=wide_rows).save(out_path)
-    return {
-        "data": str(data_path),
-        "out": str(out_path),
-        "rows": len(rows),
-        "cv": cv,
-        "wide_rows": len(wide_rows),
-        "wide_cv": wide_cv,
-    }
+    return TrainingReport(
+        data=str(data_path),
+        out=str(out_path),
+        rows=len(rows),
+        cv=cv,
+        wide_rows=len(wide_rows),
+        wide_cv=wide_cv,
+    )
 
 
-def format_report(report: dict[str, Any]) -> str:
+def format_report(report: TrainingReport) -> str:
     cv = report["cv"]
     lines = [
         f"trained on {report['rows']} runs of {cv['families']} circuit families "
@@ -324,20 +392,20 @@ def format_report(report: dict[str, Any]) -> str:
         f"saved to {report['out']}",
         f"held-out families ({cv['scheme']}):",
     ]
-    for label, key in (("ideal known", "ideal_known"), ("ideal unknown", "ideal_unknown")):
-        e = cv[key]
+    for label, e in (("ideal known", cv["ideal_known"]), ("ideal unknown", cv["ideal_unknown"])):
         lines.append(
             f"  {label:13s} unmitigated within {e['tolerance']}: {e['unmitigated_within']:.1%} "
             f"(numerical {e['baseline_unmitigated_within']:.1%}); mitigated MAE "
             f"{e['mitigated_mae']:.3f} vs numerical {e['baseline_mitigated_mae']:.3f} "
             f"({e['mitigated_mae_reduction']:.0%} lower)"
         )
-    if report.get("wide_cv"):
-        e = report["wide_cv"]["groups"]["all"]
+    wide = report["wide_cv"]
+    if wide:
+        g = wide["groups"]["all"]
         lines.append(
             f"  wide (17-40 qubits, {report['wide_rows']} runs) unmitigated within "
-            f"{report['wide_cv']['tolerance']}: {e['within']:.1%} (numerical "
-            f"{e['baseline_within']:.1%}); MAE {e['mae']:.3f} vs numerical {e['baseline_mae']:.3f}"
+            f"{wide['tolerance']}: {g['within']:.1%} (numerical "
+            f"{g['baseline_within']:.1%}); MAE {g['mae']:.3f} vs numerical {g['baseline_mae']:.3f}"
         )
     return "\n".join(lines)
 

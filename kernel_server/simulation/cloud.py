@@ -32,7 +32,7 @@ from kernel_server.scheduler.online import OnlineScheduler
 from kernel_server.scheduler.policies import BATCHING, ONLINE, PolicyState
 from kernel_server.simulation.bounds import jct_lower_bound
 from kernel_server.simulation.qpus import Entry, QPUState, Reservation
-from kernel_server.simulation.results import SimulationResult
+from kernel_server.simulation.results import CycleRecord, SimulationResult
 from kernel_server.simulation.workload import Workload
 
 __all__ = ["CloudSimulation", "Reservation", "SimulationResult", "simulate"]
@@ -144,7 +144,7 @@ class CloudSimulation:
         self.entry_of: dict[int, Entry] = {}
         self.dropped: dict[int, str] = {}
         self.pending: list[int] = []  # batching: the jobs waiting for the next cycle
-        self.cycles: list[dict[str, Any]] = []
+        self.cycles: list[CycleRecord] = []
         self.samples: list[tuple[float, int]] = []  # (time, jobs waiting to be placed)
         self.moves = 0
         self.last_cycle = 0.0
@@ -225,18 +225,17 @@ class CloudSimulation:
             self.entry_of[j] = entry
 
     def _record_cycle(self, outcome: Any, jobs: int, now: float) -> None:
-        record: dict[str, Any] = {"t": now, "jobs": jobs, "seconds": outcome.seconds}
-        record.update(outcome.stage_seconds)
+        record = CycleRecord(
+            t=now, jobs=jobs, seconds=outcome.seconds, stage_seconds=dict(outcome.stage_seconds)
+        )
         if outcome.result is not None:
             front = outcome.result.front
             if len(front) > 1:
                 self.last_front = front
-            record.update(
-                front_jct=(float(front[:, 0].min()), float(front[:, 0].max())),
-                front_error=(float(front[:, 1].min()), float(front[:, 1].max())),
-                chosen=[float(v) for v in outcome.result.objectives],
-                generations=outcome.result.generations,
-            )
+            record["front_jct"] = (float(front[:, 0].min()), float(front[:, 0].max()))
+            record["front_error"] = (float(front[:, 1].min()), float(front[:, 1].max()))
+            record["chosen"] = [float(v) for v in outcome.result.objectives]
+            record["generations"] = outcome.result.generations
         self.cycles.append(record)
 
     def _decide(self, now: float) -> None:

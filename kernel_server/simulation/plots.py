@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from kernel_server.simulation.results import CycleRecord, SimulationResult
+
 BIN_S = 300.0
 
 
@@ -22,7 +24,7 @@ def _bins(horizon: float) -> np.ndarray:
     return np.arange(0.0, max(horizon, BIN_S) + BIN_S, BIN_S)
 
 
-def write_plots(runs: dict[str, Any], workload: Any, folder: Path) -> list[Path]:
+def write_plots(runs: dict[str, SimulationResult], workload: Any, folder: Path) -> list[Path]:
     """The three PNG figures of ``runs`` (policy name -> ``SimulationResult``) in ``folder``."""
     import matplotlib
 
@@ -45,7 +47,7 @@ def write_plots(runs: dict[str, Any], workload: Any, folder: Path) -> list[Path]
     return paths
 
 
-def _end_to_end(plt: Any, runs: dict[str, Any], workload: Any) -> Any:
+def _end_to_end(plt: Any, runs: dict[str, SimulationResult], workload: Any) -> Any:
     """Fig. 6: mean fidelity, mean JCT and utilisation per arrival-time bin, per policy."""
     horizon = float(np.max(workload.arrival_s)) if workload.num_jobs else BIN_S
     edges = _bins(horizon)
@@ -80,9 +82,9 @@ def _end_to_end(plt: Any, runs: dict[str, Any], workload: Any) -> Any:
     return fig
 
 
-def _scheduler_cycles(plt: Any, runs: dict[str, Any], workload: Any) -> Any:
+def _scheduler_cycles(plt: Any, runs: dict[str, SimulationResult], workload: Any) -> Any:
     """Fig. 8: each qonductor cycle's front range and choice; each QPU's load per policy."""
-    cycles: list[dict[str, Any]] = next(
+    cycles: list[CycleRecord] = next(
         (r.cycles for n, r in runs.items() if n.startswith("qonductor") and r.cycles), []
     )
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
@@ -114,7 +116,7 @@ def _scheduler_cycles(plt: Any, runs: dict[str, Any], workload: Any) -> Any:
     return fig
 
 
-def _execution_and_presets(plt: Any, runs: dict[str, Any], workload: Any) -> Any:
+def _execution_and_presets(plt: Any, runs: dict[str, SimulationResult], workload: Any) -> Any:
     """Fig. 10: mean execution time per policy; the presets' picks on the last cycle's front."""
     from kernel_server.core.mcdm import PREFERENCES, select
 

@@ -3,9 +3,53 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
+
+
+class CycleRecord(TypedDict, total=False):
+    """One scheduling cycle of the paper mode: when, how many jobs, how long its stages took,
+    and (where NSGA-II chose) the front's range and the choice, in (JCT s, error)."""
+
+    t: float
+    jobs: int
+    seconds: float
+    stage_seconds: dict[str, float]  # pre-processing, optimization+selection
+    front_jct: tuple[float, float]
+    front_error: tuple[float, float]
+    chosen: list[float]
+    generations: int
+
+
+class SimMetrics(TypedDict):
+    """What ``qonductor simulate`` reports of one policy's run (JSON with ``--out``)."""
+
+    jobs: int
+    completed: int
+    dropped: int
+    mean_jct_s: float
+    p95_jct_s: float
+    lower_bound_jct_s: float
+    jct_over_bound: float
+    mean_fidelity: float
+    mean_utilization: float
+    max_load_difference: float
+    max_load_difference_ours: float
+    mean_execution_s: float
+    makespan_s: float
+    cycles: int
+    mean_cycle_s: float
+    max_cycle_s: float
+    mean_generations: float
+    max_pending: int
+    crossover_moves: int
+    decisions: int
+    median_decision_ms: float
+    p95_decision_ms: float
+    mean_decision_jobs: float
+    our_load_s: dict[str, float]
+    wall_seconds: float
 
 
 @dataclass
@@ -21,7 +65,7 @@ class SimulationResult:
     dropped: dict[int, str]
     our_busy_s: dict[str, float]  # our jobs' work per QPU
     makespan_s: float
-    cycles: list[dict[str, Any]]
+    cycles: list[CycleRecord]
     pending_samples: list[tuple[float, int]]
     crossover_moves: int
     wall_s: float
@@ -38,7 +82,7 @@ class SimulationResult:
         """All work (ours and background) each QPU ran up to the makespan."""
         return {q: sum(b - a for a, b in spans) for q, spans in self.busy_intervals.items()}
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> SimMetrics:
         done = np.isfinite(self.jct_s)
         # A QPU's load is its total active runtime (ours and other users' jobs), as in the
         # paper's Figure 8c; ``our_load_s`` keeps our jobs' share per QPU.

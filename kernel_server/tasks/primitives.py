@@ -16,6 +16,8 @@ import builtins
 import contextlib
 import functools
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import cloudpickle
@@ -31,17 +33,31 @@ from kernel_server.wire.calls import CallResult, QuantumCall
 from kernel_server.wire.messages import Sample
 
 
+@dataclass(frozen=True)
+class StepPrimitives:
+    """The quantum calls of one running step: ``sample`` and ``estimate`` (the names a cell
+    calls) and ``execute`` (a list of QuantumCalls at once: the Qiskit primitives' PUBs)."""
+
+    sample: Callable[..., Any]
+    estimate: Callable[..., Any]
+    execute: Callable[[list[QuantumCall]], list[Any]]
+
+    def names(self) -> dict[str, Callable[..., Any]]:
+        """What a quantum step's namespace gets: the calls its code makes by name."""
+        return {"sample": self.sample, "estimate": self.estimate}
+
+
 class _StepContext(threading.local):
-    primitives: dict[str, Any] | None = None
+    primitives: StepPrimitives | None = None
 
 
 _context = _StepContext()
 # Thread id -> the primitives of the step that thread runs: a thread the user's code starts
 # (a thread pool sampling in parallel) finds its step here when only one step is running.
-_running: dict[int, dict[str, Any]] = {}
+_running: dict[int, StepPrimitives] = {}
 
 
-def current_primitives() -> dict[str, Any] | None:
+def current_primitives() -> StepPrimitives | None:
     """The ``sample``/``estimate`` of the step running in this thread (or, from a thread the
     step's code started, of the only step running in this process); None outside any step."""
     if _context.primitives is not None:
@@ -51,7 +67,7 @@ def current_primitives() -> dict[str, Any] | None:
 
 
 @contextlib.contextmanager
-def step_context(primitives: dict[str, Any]) -> Any:
+def step_context(primitives: StepPrimitives) -> Any:
     """Make ``primitives`` this thread's current ones while the step's code runs."""
     previous = _context.primitives
     _context.primitives = primitives
@@ -71,7 +87,7 @@ def _builtin_primitive(name: str) -> Any:
         primitives = current_primitives()
         if primitives is None:
             raise NameError(f"name {name!r} is not defined")
-        return primitives[name](*args, **kwargs)
+        return getattr(primitives, name)(*args, **kwargs)
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"The running step's {name}() (see kernel_server.tasks.primitives)."
@@ -130,7 +146,7 @@ def execute_calls(
 
 def make_primitives(
     workflow_id: str, step_id: int, default_shots: int, capability: str = ""
-) -> dict[str, Any]:
+) -> StepPrimitives:
     """The ``sample``, ``estimate`` and ``execute`` (of primitives' PUBs) a step sees."""
     execute = functools.partial(execute_calls, workflow_id, step_id, capability)
 
@@ -171,4 +187,4 @@ def make_primitives(
         values = [float(v) for v in estimator_data(pub, job, counts).evs]
         return values[0] if single else values
 
-    return {"sample": sample, "estimate": estimate, "execute": execute}
+    return StepPrimitives(sample, estimate, execute)

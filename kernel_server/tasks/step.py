@@ -141,7 +141,7 @@ def _run_step(spec: StepSpec) -> StepOutcome:
     lines = spec.cell_source.splitlines(keepends=True)
     linecache.cache[filename] = (len(spec.cell_source), None, lines, filename)
     out = io.StringIO()
-    ns: dict[str, Any] = {"__name__": CELL_MODULE, "__builtins__": __builtins__}
+    ns: dict[str, object] = {"__name__": CELL_MODULE, "__builtins__": __builtins__}
     try:
         for name, blob in spec.inputs.items():
             ns[name] = cloudpickle.loads(blob)
@@ -157,7 +157,7 @@ def _run_step(spec: StepSpec) -> StepOutcome:
     rebind_cell_functions(ns, ns, fill=True)
     primitives = make_primitives(spec.workflow_id, spec.step_id, spec.shots, spec.capability)
     if spec.kind != "classical" or "sample" not in ns:
-        ns.update(primitives)
+        ns.update(primitives.names())
     # Pad so that line numbers in tracebacks are the cell's own.
     code = "\n" * (spec.lineno - 1) + spec.code
     try:
@@ -197,7 +197,7 @@ def _run_step(spec: StepSpec) -> StepOutcome:
     )
 
 
-def _pickle_writes(spec: StepSpec, ns: dict[str, Any]) -> tuple[dict[str, bytes], list[str]]:
+def _pickle_writes(spec: StepSpec, ns: dict[str, object]) -> tuple[dict[str, bytes], list[str]]:
     """The step's values of the names it may write, and a line per value that cannot travel."""
     from kernel_server.core.dataflow import DELETED
 

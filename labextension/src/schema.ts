@@ -180,7 +180,7 @@ export interface WorkflowInfo {
  */
 export interface RunOptions {
   qpu: QpuRequirements;
-  classical: Record<string, unknown> | null;
+  classical: ClassicalRequest | null;
   shots: number;
   priority: 'balanced' | 'fidelity' | 'jct';
   seed: number | null;
@@ -199,6 +199,15 @@ export interface QpuRequirements {
   max_qubits?: number | null;
   families?: string[];
   backends?: string[];
+}
+
+/** What one classical job needs from the node it runs on. */
+export interface ClassicalRequest {
+  cores: number;
+  memory_gb: number;
+  accelerator: string | null;
+  accelerator_count: number;
+  node_selector: Record<string, string>;
 }
 
 /**

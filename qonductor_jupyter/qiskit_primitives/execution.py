@@ -39,7 +39,7 @@ def step_executor() -> Any:
     from ..primitives import _step_primitives
 
     primitives = _step_primitives()
-    return None if primitives is None else primitives["execute"]
+    return None if primitives is None else primitives.execute
 
 
 def run_in_step(execute: Any, calls: list[Any]) -> tuple[list[Any], str]:
@@ -55,7 +55,9 @@ def run_in_step(execute: Any, calls: list[Any]) -> tuple[list[Any], str]:
     return results, workflow_id
 
 
-def submit_workflow(primitive: Any, pubs: list[Any], run_options: dict[str, Any]) -> QonductorJob:
+def submit_workflow(
+    primitive: Any, pubs: list[Any], run_options: dict[str, object]
+) -> QonductorJob:
     """Start the one-step workflow of ``primitive.run(pubs)``; its job, at once."""
     from .. import api
     from ..inputs import pickle_inputs

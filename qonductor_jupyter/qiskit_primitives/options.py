@@ -37,7 +37,7 @@ class _Group:
         checker = getattr(self, f"_check_{name}", None)
         object.__setattr__(self, name, checker(value) if checker else value)
 
-    def update(self, values: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def update(self, values: dict[str, object] | None = None, **kwargs: Any) -> None:
         for name, value in {**(values or {}), **kwargs}.items():
             current = getattr(self, name, None)
             if isinstance(current, _Group) and isinstance(value, dict):

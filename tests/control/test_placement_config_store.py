@@ -13,6 +13,7 @@ from kernel_server.core.deployment import (
     DeploymentConfig,
     QpuRequirements,
     RunOptions,
+    load_config,
     run_options,
     stored_options,
     validate_config,
@@ -50,6 +51,9 @@ def test_config_validation():
     invoked = validate_config({"shots": 7, "qpu": {"families": ["Eagle"]}})
     merged = invoked.over(layer)
     assert merged == DeploymentConfig(qpu=QpuRequirements(families=("Eagle",)), shots=7)
+    # A checked layer checks again as itself (the orchestrator checks what the wire typed).
+    assert load_config(merged) == merged
+    assert merged.as_builtins() == {"qpu": {"families": ["Eagle"]}, "shots": 7}
     assert run_options(merged).priority == "balanced"  # defaulted where no layer sets it
     with pytest.raises(ConfigError, match="unknown option 'shot'"):
         validate_config({"shot": 100})
@@ -174,7 +178,7 @@ def test_run_options_are_defaulted_once_and_survive_the_store(tmp_path):
     row = store.workflow_row("wf-2")
     assert row is not None and row.options == options
     # A row an older orchestrator wrote (the config as given) decodes with the defaults.
-    assert stored_options({"priority": "jct"}) == RunOptions(priority="jct")
+    assert stored_options('{"priority": "jct"}') == RunOptions(priority="jct")
     with pytest.raises(ConfigError, match="shots must be at most 1000000, got 2000000"):
         run_options({"shots": 2_000_000})
     with pytest.raises(ConfigError, match="invalid option"):
