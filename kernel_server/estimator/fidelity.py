@@ -31,15 +31,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 from qiskit import QuantumCircuit
 
-from kernel_server.estimator.forest import ModelFileError as ModelFileError  # re-exported
 from kernel_server.estimator.forest import (
+    ForestFile,
     TreeForest,
     load_model_json,
     save_model_json,
 )
+from kernel_server.estimator.forest import ModelFileError as ModelFileError  # re-exported
 from kernel_server.estimator.ideal import IDEAL_COLUMNS, IDEAL_MAX_QUBITS
 
 # --------------------------------------------------------------------------------------------
@@ -274,22 +276,38 @@ class BoostedCorrection:
             corrects_unmitigated,
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "init": self.init,
-            "learning_rate": self.learning_rate,
-            "corrects_unmitigated": self.corrects_unmitigated,
-            "forest": self.forest.to_json(),
-        }
+    def to_json(self) -> CorrectionFile:
+        return CorrectionFile(
+            init=self.init,
+            learning_rate=self.learning_rate,
+            corrects_unmitigated=self.corrects_unmitigated,
+            forest=self.forest.to_json(),
+        )
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> BoostedCorrection:
-        return cls(
-            TreeForest.from_json(d["forest"]),
-            float(d["init"]),
-            float(d["learning_rate"]),
-            bool(d["corrects_unmitigated"]),
-        )
+    def from_json(cls, d: CorrectionFile) -> BoostedCorrection:
+        return cls(TreeForest.from_json(d.forest), d.init, d.learning_rate, d.corrects_unmitigated)
+
+
+class CorrectionFile(msgspec.Struct, frozen=True):
+    """A ``BoostedCorrection`` as the model file holds it."""
+
+    init: float
+    learning_rate: float
+    corrects_unmitigated: bool
+    forest: ForestFile
+
+
+class FidelityModelFile(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The fidelity model file: format, feature columns, the corrections (``wide`` where the
+    model has one) and free-form training metadata."""
+
+    format: str
+    features: list[str]
+    known: CorrectionFile
+    unknown: CorrectionFile
+    metadata: dict[str, Any] = {}
+    wide: CorrectionFile | None = None
 
 
 class FidelityModel:
@@ -359,30 +377,28 @@ class FidelityModel:
         derived columns are added where missing)."""
         return self.predict_matrix(as_matrix(complete(rows), self.features))
 
-    def to_json(self) -> dict[str, Any]:
-        out = {
-            "format": FORMAT,
-            "features": list(self.features),
-            "known": self.known.to_json(),
-            "unknown": self.unknown.to_json(),
-            "metadata": self.metadata,
-        }
-        if self.wide is not None:
-            out["wide"] = self.wide.to_json()
-        return out
+    def to_json(self) -> FidelityModelFile:
+        return FidelityModelFile(
+            format=FORMAT,
+            features=list(self.features),
+            known=self.known.to_json(),
+            unknown=self.unknown.to_json(),
+            metadata=self.metadata,
+            wide=self.wide.to_json() if self.wide is not None else None,
+        )
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> FidelityModel:
-        if d.get("format") not in _FORMATS:
-            raise ValueError(f"format {d.get('format')!r}, expected {FORMAT!r}")
-        if tuple(d.get("features", ())) != model_features():
+    def from_json(cls, d: FidelityModelFile) -> FidelityModel:
+        if d.format not in _FORMATS:
+            raise ValueError(f"format {d.format!r}, expected {FORMAT!r}")
+        if tuple(d.features) != model_features():
             raise ValueError("the file's feature columns differ from this version's")
         return cls(
-            BoostedCorrection.from_json(d["known"]),
-            BoostedCorrection.from_json(d["unknown"]),
-            d["features"],
-            d.get("metadata", {}),
-            BoostedCorrection.from_json(d["wide"]) if "wide" in d else None,
+            BoostedCorrection.from_json(d.known),
+            BoostedCorrection.from_json(d.unknown),
+            d.features,
+            d.metadata,
+            BoostedCorrection.from_json(d.wide) if d.wide is not None else None,
         )
 
     def save(self, path: str | Path) -> Path:
@@ -392,4 +408,4 @@ class FidelityModel:
     def load(cls, path: str | Path | None = None) -> FidelityModel:
         """The model file (default: the one shipped with the package), parsed once per version."""
         path = Path(path) if path is not None else DEFAULT_MODEL_PATH
-        return load_model_json(path, "fidelity", cls.from_json, REBUILD_HINT)
+        return load_model_json(path, "fidelity", FidelityModelFile, cls.from_json, REBUILD_HINT)

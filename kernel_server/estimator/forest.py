@@ -9,15 +9,17 @@ code. Used by the runtime and fidelity models.
 from __future__ import annotations
 
 import base64
-import json
 import threading
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 import numpy as np
+
+F = TypeVar("F", bound=msgspec.Struct)  # a model file's shape
 
 
 class ModelFileError(FileNotFoundError):
@@ -29,9 +31,10 @@ _cache: dict[tuple[str, str], tuple[tuple[int, int], Any]] = {}
 
 
 def load_model_json(
-    path: Path, kind: str, parse: Callable[[dict[str, Any]], Any], rebuild_hint: str
+    path: Path, kind: str, shape: type[F], parse: Callable[[F], Any], rebuild_hint: str
 ) -> Any:
-    """``parse`` of the JSON model file at ``path``, kept until the file changes.
+    """``parse`` of the JSON model file at ``path`` (decoded as ``shape``), kept until the file
+    changes.
 
     Estimates call this on every request; without the cache each would parse the file again
     (1 MB for the runtime model). Missing or unreadable files raise :class:`ModelFileError`
@@ -48,9 +51,9 @@ def load_model_json(
     if cached is not None and cached[0] == version:
         return cached[1]
     try:
-        model = parse(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError, zlib.error) as exc:
-        # json.JSONDecodeError and binascii.Error are ValueErrors.
+        model = parse(msgspec.json.decode(path.read_bytes(), type=shape))
+    except (OSError, ValueError, KeyError, TypeError, zlib.error, msgspec.DecodeError) as exc:
+        # binascii.Error is a ValueError; msgspec.ValidationError a DecodeError.
         raise ModelFileError(
             f"{kind} model file {path} is unreadable ({type(exc).__name__}: {exc}); {rebuild_hint}"
         ) from exc
@@ -59,28 +62,54 @@ def load_model_json(
     return model
 
 
-def save_model_json(data: dict[str, Any], path: str | Path) -> Path:
+def save_model_json(data: msgspec.Struct, path: str | Path) -> Path:
     """Write a model file atomically, so that a crash never leaves half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    text = msgspec.json.encode(data, enc_hook=_numpy_scalar)
+    tmp.write_bytes(msgspec.json.format(text, indent=1) + b"\n")
     tmp.replace(path)
     return path
 
 
-def encode_array(a: np.ndarray) -> dict[str, Any]:
-    a = np.ascontiguousarray(a)
-    blob = base64.b64encode(zlib.compress(a.tobytes(), 9)).decode("ascii")
-    return {"dtype": a.dtype.str, "shape": list(a.shape), "zlib_base64": blob}
+def _numpy_scalar(value: Any) -> Any:
+    """A numpy number in a file's free-form metadata (a training score) as the Python one."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise NotImplementedError(f"cannot write {type(value).__name__} to a model file")
 
 
-def decode_array(d: dict[str, Any]) -> np.ndarray:
-    dtype = np.dtype(d["dtype"])
-    if dtype.kind not in "iuf":  # never object arrays: this file must not run code
-        raise ValueError(f"unexpected dtype {dtype}")
-    raw = zlib.decompress(base64.b64decode(d["zlib_base64"]))
-    return np.frombuffer(raw, dtype=dtype).reshape(d["shape"]).copy()
+class ArrayFile(msgspec.Struct, frozen=True):
+    """A numeric array in a model file: its dtype, shape and zlib-compressed bytes (base64)."""
+
+    dtype: str
+    shape: list[int]
+    zlib_base64: str
+
+    @classmethod
+    def of(cls, a: np.ndarray) -> ArrayFile:
+        a = np.ascontiguousarray(a)
+        blob = base64.b64encode(zlib.compress(a.tobytes(), 9)).decode("ascii")
+        return cls(a.dtype.str, list(a.shape), blob)
+
+    def array(self) -> np.ndarray:
+        dtype = np.dtype(self.dtype)
+        if dtype.kind not in "iuf":  # never object arrays: this file must not run code
+            raise ValueError(f"unexpected dtype {dtype}")
+        raw = zlib.decompress(base64.b64decode(self.zlib_base64))
+        return np.frombuffer(raw, dtype=dtype).reshape(self.shape).copy()
+
+
+class ForestFile(msgspec.Struct, frozen=True):
+    """A ``TreeForest`` as a model file holds it."""
+
+    trees: int
+    nodes: int
+    feature: ArrayFile
+    value: ArrayFile
+    right: ArrayFile
+    roots: ArrayFile
 
 
 @dataclass
@@ -112,23 +141,23 @@ class TreeForest:
             active = active[self.feature[node] >= 0]
         return self.value[idx].reshape(n, trees).astype(np.float64)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "trees": len(self.roots),
-            "nodes": len(self.feature),
-            "feature": encode_array(self.feature),
-            "value": encode_array(self.value),
-            "right": encode_array(self.right),
-            "roots": encode_array(self.roots),
-        }
+    def to_json(self) -> ForestFile:
+        return ForestFile(
+            trees=len(self.roots),
+            nodes=len(self.feature),
+            feature=ArrayFile.of(self.feature),
+            value=ArrayFile.of(self.value),
+            right=ArrayFile.of(self.right),
+            roots=ArrayFile.of(self.roots),
+        )
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> TreeForest:
+    def from_json(cls, d: ForestFile) -> TreeForest:
         forest = cls(
-            feature=decode_array(d["feature"]).astype(np.int8),
-            value=decode_array(d["value"]).astype(np.float32),
-            right=decode_array(d["right"]).astype(np.int64),
-            roots=decode_array(d["roots"]).astype(np.int64),
+            feature=d.feature.array().astype(np.int8),
+            value=d.value.array().astype(np.float32),
+            right=d.right.array().astype(np.int64),
+            roots=d.roots.array().astype(np.int64),
         )
         n = len(forest.feature)
         if not (len(forest.value) == len(forest.right) == n) or len(forest.roots) == 0:

@@ -51,16 +51,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
 from kernel_server.estimator.forest import (
+    ForestFile,
     ModelFileError,
     TreeForest,
     load_model_json,
     save_model_json,
 )
-from kernel_server.estimator.runtime_intervals import ConformalIntervals
+from kernel_server.estimator.runtime_intervals import ConformalIntervals, IntervalsFile
 
 __all__ = ["FEATURES", "TARGET", "ModelFileError", "Regime", "RuntimeModel"]
 
@@ -198,28 +200,51 @@ class Regime:
                 pred[fewer] = np.maximum(pred[fewer], self._raw(xg) - self.shot_tolerance_s)
         return pred
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "half_window_s": self.half_window_s,
-            "shot_grid": list(self.shot_grid),
-            "shot_tolerance_s": self.shot_tolerance_s,
-            "overhead_s": self.overhead_s,
-            "forest": self.forest.to_json(),
-        }
+    def to_json(self) -> RegimeFile:
+        return RegimeFile(
+            kind=self.kind,
+            half_window_s=self.half_window_s,
+            shot_grid=list(self.shot_grid),
+            shot_tolerance_s=self.shot_tolerance_s,
+            overhead_s=self.overhead_s,
+            forest=self.forest.to_json(),
+        )
 
     @classmethod
-    def from_json(cls, d: dict[str, Any], kind: str) -> Regime:
-        if d.get("kind") != kind:
-            raise ValueError(f"regime kind {d.get('kind')!r}, expected {kind!r}")
+    def from_json(cls, d: RegimeFile, kind: str) -> Regime:
+        if d.kind != kind:
+            raise ValueError(f"regime kind {d.kind!r}, expected {kind!r}")
         return cls(
             kind=kind,
-            forest=TreeForest.from_json(d["forest"]),
-            half_window_s=float(d["half_window_s"]),
-            shot_grid=tuple(float(v) for v in d["shot_grid"]),
-            shot_tolerance_s=float(d["shot_tolerance_s"]),
-            overhead_s=float(d["overhead_s"]),
+            forest=TreeForest.from_json(d.forest),
+            half_window_s=d.half_window_s,
+            shot_grid=tuple(d.shot_grid),
+            shot_tolerance_s=d.shot_tolerance_s,
+            overhead_s=d.overhead_s,
         )
+
+
+class RegimeFile(msgspec.Struct, frozen=True):
+    """A ``Regime`` as the model file holds it."""
+
+    kind: str
+    half_window_s: float
+    shot_grid: list[float]
+    shot_tolerance_s: float
+    overhead_s: float
+    forest: ForestFile
+
+
+class RuntimeModelFile(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The runtime model file: its format and columns, the two regimes, the intervals (a file
+    of an older version has none) and free-form training metadata."""
+
+    format: str
+    features: list[str]
+    single: RegimeFile
+    multi: RegimeFile
+    metadata: dict[str, Any] = {}
+    intervals: IntervalsFile | None = None
 
 
 class RuntimeModel:
@@ -251,7 +276,7 @@ class RuntimeModel:
         return self.metadata.get("trained_at")
 
     @property
-    def cv_scores(self) -> dict[str, Any]:
+    def cv_scores(self) -> dict[str, float | str]:
         return dict(self.metadata.get("cv", {}))
 
     # prediction ---------------------------------------------------------------------------
@@ -281,33 +306,31 @@ class RuntimeModel:
         return self.intervals.bounds(is_single(x), self.predict(frame), coverage)
 
     # persistence --------------------------------------------------------------------------
-    def to_json(self) -> dict[str, Any]:
-        out = {
-            "format": FORMAT,
-            "features": list(FEATURES),
-            "metadata": self.metadata,
-            "single": self._single.to_json(),
-            "multi": self._multi.to_json(),
-        }
-        if self.intervals is not None:
-            out["intervals"] = self.intervals.to_json()
-        return out
+    def to_json(self) -> RuntimeModelFile:
+        return RuntimeModelFile(
+            format=FORMAT,
+            features=list(FEATURES),
+            metadata=self.metadata,
+            single=self._single.to_json(),
+            multi=self._multi.to_json(),
+            intervals=self.intervals.to_json() if self.intervals is not None else None,
+        )
 
     def save(self, path: str | Path) -> Path:
         """Write the model as JSON (atomically, so a crash never leaves half a file)."""
         return save_model_json(self.to_json(), path)
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> RuntimeModel:
-        if d.get("format") != FORMAT:
-            raise ValueError(f"format {d.get('format')!r}, expected {FORMAT!r}")
-        if list(d.get("features", [])) != list(FEATURES):
-            raise ValueError(f"features {d.get('features')!r}, expected {list(FEATURES)!r}")
+    def from_json(cls, d: RuntimeModelFile) -> RuntimeModel:
+        if d.format != FORMAT:
+            raise ValueError(f"format {d.format!r}, expected {FORMAT!r}")
+        if d.features != list(FEATURES):
+            raise ValueError(f"features {d.features!r}, expected {list(FEATURES)!r}")
         return cls(
-            single=Regime.from_json(d["single"], "mode"),
-            multi=Regime.from_json(d["multi"], "rate"),
-            metadata=d.get("metadata", {}),
-            intervals=ConformalIntervals.from_json(d["intervals"]) if "intervals" in d else None,
+            single=Regime.from_json(d.single, "mode"),
+            multi=Regime.from_json(d.multi, "rate"),
+            metadata=d.metadata,
+            intervals=ConformalIntervals.from_json(d.intervals) if d.intervals else None,
         )
 
     @classmethod
@@ -315,4 +338,4 @@ class RuntimeModel:
         """Load a model file (default: the one shipped next to this module), parsed once per
         version of the file."""
         path = Path(path) if path is not None else DEFAULT_MODEL_PATH
-        return load_model_json(path, "runtime", cls.from_json, REBUILD_HINT)
+        return load_model_json(path, "runtime", RuntimeModelFile, cls.from_json, REBUILD_HINT)

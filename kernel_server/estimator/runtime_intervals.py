@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
+import msgspec
 import numpy as np
 
 # Seconds added before taking logs: the data's 0.03 s jobs would otherwise make a ratio of noise.
@@ -91,28 +91,38 @@ class ConformalIntervals:
             high[mask] = base * np.exp(hi_r) - LOG_OFFSET_S
         return low, high
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT,
-            "log_offset_s": LOG_OFFSET_S,
-            "edges": self.edges,
-            "residuals": {
+    def to_json(self) -> IntervalsFile:
+        return IntervalsFile(
+            format=FORMAT,
+            log_offset_s=LOG_OFFSET_S,
+            edges=self.edges,
+            residuals={
                 regime: [[round(float(v), 5) for v in cell] for cell in cells]
                 for regime, cells in self.residuals.items()
             },
-        }
+        )
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> ConformalIntervals:
-        if d.get("format") != FORMAT:
-            raise ValueError(f"intervals format {d.get('format')!r}, expected {FORMAT!r}")
+    def from_json(cls, d: IntervalsFile) -> ConformalIntervals:
+        if d.format != FORMAT:
+            raise ValueError(f"intervals format {d.format!r}, expected {FORMAT!r}")
         return cls(
-            {k: [float(v) for v in e] for k, e in d["edges"].items()},
+            {k: [float(v) for v in e] for k, e in d.edges.items()},
             {
                 k: [np.sort(np.asarray(cell, dtype=np.float64)) for cell in cells]
-                for k, cells in d["residuals"].items()
+                for k, cells in d.residuals.items()
             },
         )
+
+
+class IntervalsFile(msgspec.Struct, frozen=True):
+    """The intervals as the runtime model file holds them: per regime, the predicted-seconds
+    edges of its cells and each cell's sorted log residuals."""
+
+    format: str
+    log_offset_s: float
+    edges: dict[str, list[float]]
+    residuals: dict[str, list[list[float]]]
 
 
 def _quantiles(sorted_residuals: np.ndarray, alpha: float) -> tuple[float, float]:
