@@ -23,7 +23,7 @@ from .splitter import WorkflowGraph
 KERNEL_ONLY_NAMES = frozenset({"get_ipython", "exit", "quit", "In", "Out", "_ih", "_oh", "_dh"})
 
 
-def capture_inputs(graph: WorkflowGraph, namespace: dict[str, object]) -> dict[str, Any]:
+def capture_inputs(graph: WorkflowGraph, namespace: dict[str, object]) -> dict[str, object]:
     """The values of the cell's free names that the notebook has.
 
     A name the notebook lacks is left out, not refused: the splitter's reads are conservative (a

@@ -6,9 +6,7 @@ A cell's own options (``--priority``, ``--shots``, ...) win over these defaults.
 
 from __future__ import annotations
 
-from typing import Any
-
-from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, validate
+from traitlets import Bool, Bunch, Enum, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from kernel_server.core.circuits import DEFAULT_SHOTS, check_shots
@@ -40,21 +38,21 @@ class Qonductor(Configurable):
     ).tag(config=True)
 
     @validate("default_shots")
-    def _positive_shots(self, proposal: dict[str, Any]) -> int:
+    def _positive_shots(self, proposal: Bunch) -> int:
         try:
             return check_shots(proposal["value"], "default_shots") or DEFAULT_SHOTS
         except (TypeError, ValueError) as exc:
             raise TraitError(str(exc)) from None
 
     @validate("default_plan")
-    def _known_plan(self, proposal: dict[str, Any]) -> str:
+    def _known_plan(self, proposal: Bunch) -> str:
         value = str(proposal["value"]).strip().lower()
         if value not in ("auto", "ask", "off") and not value.isdigit():
             raise TraitError(f"default_plan is auto, ask, off or a plan number, got {value!r}")
         return value
 
     @validate("timeout")
-    def _positive_timeout(self, proposal: dict[str, Any]) -> float | None:
+    def _positive_timeout(self, proposal: Bunch) -> float | None:
         value = proposal["value"]
         if value is not None and value <= 0:
             raise TraitError(f"timeout must be positive (or None), got {value}")

@@ -173,7 +173,7 @@ def _error_spec(target: Any, qargs: tuple[int, ...], prop: Any, is_gate: bool) -
 # trajectory runs its gates once per shot, so fusing pays from the smallest widths: mqt_ae13
 # (13 qubits, 1401 gates on fake_torino, one trajectory per shot) took 47.6 ms a shot unfused,
 # 10.4 ms fusing up to two qubits and 8.9 ms up to three (four: slower again).
-NOISY_FUSION: dict[str, Any] = {"fusion_threshold": 1, "fusion_max_qubit": 3}
+NOISY_FUSION: dict[str, int] = {"fusion_threshold": 1, "fusion_max_qubit": 3}
 GPU_METHODS = ("statevector", "density_matrix")  # what qiskit-aer-gpu runs on a GPU
 
 

@@ -38,21 +38,21 @@ class ConfigError(ValueError):
     pass
 
 
-_QPU_KEYS = {
+_QPU_KEYS: dict[str, type | tuple[type, ...]] = {
     "min_qubits": int,
     "max_qubits": int,
     "families": list,
     "backends": list,
 }
 # What each classical step of the workflow needs from the node it runs on.
-_CLASSICAL_KEYS = {
+_CLASSICAL_KEYS: dict[str, type | tuple[type, ...]] = {
     "cores": int,
     "memory_gb": (int, float),
     "accelerator": str,
     "accelerator_count": int,
     "node_selector": dict,
 }
-_TOP_KEYS = {
+_TOP_KEYS: dict[str, type | tuple[type, ...]] = {
     "qpu": dict,
     "classical": dict,
     "shots": int,
@@ -169,7 +169,9 @@ def load_config(config: ConfigSource) -> DeploymentConfig:
     return validate_config(config)
 
 
-def _check(section: str, data: dict[str, Any], schema: dict[str, Any]) -> None:
+def _check(
+    section: str, data: Mapping[str, object], schema: dict[str, type | tuple[type, ...]]
+) -> None:
     for key, value in data.items():
         if key not in schema:
             known = ", ".join(sorted(schema))

@@ -22,7 +22,7 @@ import math
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from qiskit import QuantumCircuit
@@ -44,6 +44,9 @@ from kernel_server.estimator.fidelity import (
 from kernel_server.estimator.ideal import ideal_features, ideal_summary, measured_bits
 from kernel_server.estimator.mitigation.stack import MitigationStack, StackSpec, parse_stack
 from kernel_server.estimator.prices import PriceTable
+
+if TYPE_CHECKING:
+    from kernel_server.estimator.templates import TemplateQPU
 
 # The stacks plans are made of: those the fidelity model was trained on.
 PLAN_STACKS: tuple[str, ...] = TRAINED_STACKS
@@ -153,7 +156,7 @@ _lock = threading.Lock()
 _registries: dict[tuple[str, ...], Any] = {}
 
 
-def templates_for(fleet: Iterable[str] | None = None) -> dict[str, Any]:
+def templates_for(fleet: Iterable[str] | None = None) -> dict[str, TemplateQPU]:
     """Template QPUs of ``fleet`` (default: the simulated default fleet), kept per fleet and
     rebuilt where a member's calibration changed."""
     from kernel_server.backends.devices import DEFAULT_FLEET

@@ -45,7 +45,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypedDict
 
 from qiskit.circuit import Gate
 from qiskit.providers import BackendV2, Options, QubitProperties
@@ -281,7 +281,17 @@ def _mean_properties(props: Sequence[InstructionProperties | None]) -> Instructi
     )
 
 
-def _timing_constraints(targets: Sequence[Target]) -> dict[str, Any]:
+class TimingConstraints(TypedDict):
+    """A Target's pulse-grid rules (its keyword arguments of the same names)."""
+
+    dt: float | None
+    granularity: int
+    min_length: int
+    pulse_alignment: int
+    acquire_alignment: int
+
+
+def _timing_constraints(targets: Sequence[Target]) -> TimingConstraints:
     """The most common grid rules among members (ties: the first member, by name)."""
     options = [
         (t.dt, t.granularity, t.min_length, t.pulse_alignment, t.acquire_alignment) for t in targets
@@ -289,13 +299,13 @@ def _timing_constraints(targets: Sequence[Target]) -> dict[str, Any]:
     counts = Counter(options)
     best = max(options, key=lambda option: counts[option])  # max keeps the first on ties
     dt, granularity, min_length, pulse_alignment, acquire_alignment = best
-    return {
-        "dt": dt,
-        "granularity": granularity,
-        "min_length": min_length,
-        "pulse_alignment": pulse_alignment,
-        "acquire_alignment": acquire_alignment,
-    }
+    return TimingConstraints(
+        dt=dt,
+        granularity=granularity,
+        min_length=min_length,
+        pulse_alignment=pulse_alignment,
+        acquire_alignment=acquire_alignment,
+    )
 
 
 def _mean_qubit_properties(targets: Sequence[Target], num_qubits: int) -> list[QubitProperties]:

@@ -21,11 +21,13 @@ from qiskit.result import Result
 from .execution import run_in_step, step_executor, submit_workflow
 from .job import QonductorJob
 
-_targets: dict[str, Any] = {}
+# The fleet's devices and templates by name: (name, kind, members, Target), asked for once.
+Description = tuple[str, str, list[str], Any]
+_targets: dict[str, Description] = {}
 _lock = threading.Lock()
 
 
-def _describe(name: str) -> Any:
+def _describe(name: str) -> Description:
     import cloudpickle
 
     from kernel_server.wire.messages import BackendReply, DescribeBackend

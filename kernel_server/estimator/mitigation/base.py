@@ -32,7 +32,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, Generic, TypeAlias, TypeVar, cast
 
 import numpy as np
 from qiskit import QuantumCircuit
@@ -133,12 +133,17 @@ class UnknownMitigation(ValueError):
         self.name = name
 
 
-class MitigationTechnique(ABC):
+# A technique's configuration: a TypedDict of every key it knows (``default_config``).
+C = TypeVar("C", bound=Mapping[str, Any])
+
+
+class MitigationTechnique(ABC, Generic[C]):
     """One error mitigation technique: circuit construction and result combination.
 
     Instances are stateless apart from ``config`` overrides given at construction, so one instance
     can serve many jobs and threads. Every method takes an optional ``config`` mapping that is laid
     over ``default_config()`` and the instance's overrides; unknown keys raise ``ValueError``.
+    ``C`` is the technique's config type: ``resolve_config`` returns one, typed key by key.
     """
 
     name: ClassVar[str]
@@ -163,18 +168,19 @@ class MitigationTechnique(ABC):
     )
 
     def __init__(self, **config: Any) -> None:
-        self.config = self.resolve_config(config)
+        self.config: C = self.resolve_config(config)
 
     # -- configuration -------------------------------------------------------------------
 
     @classmethod
     @abstractmethod
-    def default_config(cls) -> dict[str, Any]:
+    def default_config(cls) -> C:
         """Every config key the technique knows, with its default."""
 
-    def resolve_config(self, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Defaults, then this instance's overrides, then ``config``; unknown keys raise."""
-        resolved = self.default_config()
+    def resolve_config(self, config: Mapping[str, Any] | None = None) -> C:
+        """Defaults, then this instance's overrides, then ``config``; unknown keys raise (so
+        the result has exactly the keys of ``C``; ``validate_config`` checks their values)."""
+        resolved = dict(self.default_config())
         for layer in (getattr(self, "config", None), config):
             if not layer:
                 continue
@@ -186,10 +192,11 @@ class MitigationTechnique(ABC):
                     f"{self.name}: unknown config keys {sorted(unknown)}; known: {sorted(resolved)}"
                 )
             resolved.update(layer)
-        self.validate_config(resolved)
-        return resolved
+        checked = cast(C, resolved)
+        self.validate_config(checked)
+        return checked
 
-    def validate_config(self, config: dict[str, Any]) -> None:
+    def validate_config(self, config: C) -> None:
         """Raise ``ValueError`` on a bad config value (overridden by techniques)."""
         return None
 
@@ -443,7 +450,7 @@ def average_results(results: Sequence[Any]) -> Any:
     raise TypeError("results must be all expectation values or all counts/distributions")
 
 
-class AveragingTechnique(MitigationTechnique):
+class AveragingTechnique(MitigationTechnique[C]):
     """A linear technique: its constructed circuits are equally weighted estimates of the same
     quantity, so combining them is an average (twirling, DD). One place for that rule."""
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from qiskit import QuantumCircuit
 
@@ -47,8 +47,18 @@ _SECONDS_FIXED = 0.03
 _SECONDS_PER_SUBEXPERIMENT = 1.5e-4
 
 
+class CutConfig(TypedDict):
+    observable: Any  # Pauli label or SparsePauliOp on the circuit's qubits
+    gates: list[tuple[int, int]] | None  # qubit pairs whose gates are cut, e.g. [(0, 3)]
+    partition_labels: str | None  # one label per qubit, e.g. "AABB"
+    max_subcircuit_width: int | None  # automatic mode (find_cuts); None: half the circuit
+    num_samples: float  # inf: enumerate the decomposition exactly
+    seed: int  # find_cuts search / sampling of the decomposition
+    max_terms: int  # refuse decompositions with more terms (exact enumeration is 6^cuts)
+
+
 @register("cutting", "circuit_cutting", "knitting")
-class Cutting(MitigationTechnique):
+class Cutting(MitigationTechnique[CutConfig]):
     """Gate/wire cutting (qiskit-addon-cutting) reconstructing an expectation value."""
 
     name: ClassVar[str] = "cut"
@@ -64,19 +74,18 @@ class Cutting(MitigationTechnique):
     )
 
     @classmethod
-    def default_config(cls) -> dict[str, Any]:
-        return {
-            "observable": None,  # Pauli label or SparsePauliOp on the circuit's qubits
-            "gates": None,  # qubit pairs whose gates are cut, e.g. [(0, 3)]
-            "partition_labels": None,  # one label per qubit, e.g. "AABB"
-            "max_subcircuit_width": None,  # automatic mode (find_cuts); None: half the circuit
-            "num_samples": math.inf,  # inf: enumerate the decomposition exactly
-            "seed": 0,  # find_cuts search / sampling of the decomposition
-            # Refuse decompositions with more terms than this (exact enumeration is 6^cuts).
-            "max_terms": 1000,
-        }
+    def default_config(cls) -> CutConfig:
+        return CutConfig(
+            observable=None,
+            gates=None,
+            partition_labels=None,
+            max_subcircuit_width=None,
+            num_samples=math.inf,
+            seed=0,
+            max_terms=1000,
+        )
 
-    def validate_config(self, config: dict[str, Any]) -> None:
+    def validate_config(self, config: CutConfig) -> None:
         given = [k for k in ("gates", "partition_labels") if config[k] is not None]
         if len(given) > 1:
             raise ValueError("cut: give either gates or partition_labels, not both")

@@ -26,7 +26,7 @@ delays the scheduler inserts): execute DD circuits scheduled, as ``run_mitigated
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import numpy as np
 from qiskit import QuantumCircuit
@@ -122,8 +122,14 @@ def insert_aligned_dd(
     return out
 
 
+class DDConfig(TypedDict):
+    rule: str
+    spacing: int  # -1: mitiq's widest even spacing
+    min_slack: int | None  # shortest window filled, in layers; None: default_min_slack
+
+
 @register("ddd", "dynamical_decoupling")
-class DD(AveragingTechnique):
+class DD(AveragingTechnique[DDConfig]):
     """Dynamical decoupling: mitiq rule sequences in the idle windows of the virtual circuit."""
 
     name: ClassVar[str] = "dd"
@@ -135,14 +141,10 @@ class DD(AveragingTechnique):
     )
 
     @classmethod
-    def default_config(cls) -> dict[str, Any]:
-        return {
-            "rule": "xx",
-            "spacing": -1,  # mitiq's widest even spacing
-            "min_slack": None,  # shortest window filled, in layers; None: default_min_slack
-        }
+    def default_config(cls) -> DDConfig:
+        return DDConfig(rule="xx", spacing=-1, min_slack=None)
 
-    def validate_config(self, config: dict[str, Any]) -> None:
+    def validate_config(self, config: DDConfig) -> None:
         if config["rule"] not in RULES:
             raise ValueError(f"dd: rule must be one of {RULES}, got {config['rule']!r}")
 

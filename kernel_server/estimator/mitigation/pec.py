@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import numpy as np
 from qiskit import QuantumCircuit
@@ -56,8 +56,18 @@ def two_qubit_noise_level(gate_error: float) -> float:
     return float(gate_error) / 1.6
 
 
+class PECConfig(TypedDict):
+    # Per-qubit depolarizing probability; 0.005 ~ a two-qubit error of 0.8%.
+    noise_level: float
+    num_samples: int
+    seed: int
+    # Which gates get a representation. Single-qubit errors on IBM devices are ~30x smaller than
+    # two-qubit ones; one noise level for both would over-correct them.
+    operations: str
+
+
 @register("probabilistic_error_cancellation")
-class PEC(MitigationTechnique):
+class PEC(MitigationTechnique[PECConfig]):
     """Probabilistic error cancellation (mitiq ``pec.construct_circuits`` / ``combine_results``)."""
 
     name: ClassVar[str] = "pec"
@@ -69,18 +79,10 @@ class PEC(MitigationTechnique):
     )
 
     @classmethod
-    def default_config(cls) -> dict[str, Any]:
-        return {
-            # Per-qubit depolarizing probability; 0.005 ~ a two-qubit error of 0.8%.
-            "noise_level": 0.005,
-            "num_samples": 100,
-            "seed": 0,
-            # Which gates get a representation. Single-qubit errors on IBM devices are ~30x
-            # smaller than two-qubit ones; one noise level for both would over-correct them.
-            "operations": "two_qubit",
-        }
+    def default_config(cls) -> PECConfig:
+        return PECConfig(noise_level=0.005, num_samples=100, seed=0, operations="two_qubit")
 
-    def validate_config(self, config: dict[str, Any]) -> None:
+    def validate_config(self, config: PECConfig) -> None:
         level = config["noise_level"]
         if not isinstance(level, (int, float)) or not 0 < level < 0.75:
             raise ValueError(f"pec: noise_level must be in (0, 0.75), got {level!r}")

@@ -20,7 +20,7 @@ undoes; the outcome bits that nothing reads afterwards are corrected as in a sta
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import numpy as np
 from qiskit import QuantumCircuit
@@ -117,8 +117,12 @@ def _format(bits: int, width: int, segments: Sequence[int]) -> str:
 CALIBRATION_TAG = "qonductor_calibration"
 
 
+class REMConfig(TypedDict):
+    project: bool  # nearest probability distribution (False: quasi-probabilities)
+
+
 @register("readout", "readout_error_mitigation", "measurement")
-class REM(MitigationTechnique):
+class REM(MitigationTechnique[REMConfig]):
     """Tensored readout error mitigation (own numpy implementation)."""
 
     name: ClassVar[str] = "rem"
@@ -131,8 +135,8 @@ class REM(MitigationTechnique):
     control_flow_limitation: ClassVar[str | None] = None
 
     @classmethod
-    def default_config(cls) -> dict[str, Any]:
-        return {"project": True}  # nearest probability distribution (False: quasi-probabilities)
+    def default_config(cls) -> REMConfig:
+        return REMConfig(project=True)
 
     def construct_circuits(
         self, circuit: QuantumCircuit, config: Mapping[str, Any] | None = None

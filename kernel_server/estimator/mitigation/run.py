@@ -10,7 +10,7 @@ fidelity model's training runs and the simulated QPUs' mitigated jobs run throug
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,7 @@ class MitigatedRun:
 
     value: Any  # float (expectation) or dict[str, float] (distribution)
     plan: MitigationPlan
-    counts: list[dict[str, Any]]  # counts, or exact probabilities (exact=True)
+    counts: list[Mapping[str, float]]  # counts, or exact probabilities (exact=True)
     shots: list[int]
 
     @property

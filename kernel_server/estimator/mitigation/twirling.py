@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from qiskit import QuantumCircuit
 
@@ -44,8 +44,13 @@ def _drop_identities(circuit: QuantumCircuit) -> QuantumCircuit:
     return out
 
 
+class TwirlConfig(TypedDict):
+    num_variants: int
+    seed: int
+
+
 @register("twirling", "pauli_twirling", "pt")
-class Twirling(AveragingTechnique):
+class Twirling(AveragingTechnique[TwirlConfig]):
     """Pauli twirling (mitiq ``generate_pauli_twirl_variants``)."""
 
     name: ClassVar[str] = "twirl"
@@ -57,10 +62,10 @@ class Twirling(AveragingTechnique):
     )
 
     @classmethod
-    def default_config(cls) -> dict[str, Any]:
-        return {"num_variants": 10, "seed": 0}
+    def default_config(cls) -> TwirlConfig:
+        return TwirlConfig(num_variants=10, seed=0)
 
-    def validate_config(self, config: dict[str, Any]) -> None:
+    def validate_config(self, config: TwirlConfig) -> None:
         check_positive("twirl: num_variants", config["num_variants"], integer=True)
 
     def construct_circuits(

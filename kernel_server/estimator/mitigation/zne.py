@@ -18,7 +18,7 @@ seeds, over (1, 3, 5) +-0.017, the latter shot noise only).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from qiskit import QuantumCircuit
 
@@ -46,8 +46,15 @@ _SECONDS_PER_CIRCUIT = 0.01
 _SECONDS_PER_FOLDED_GATE = 7e-5
 
 
+class ZNEConfig(TypedDict):
+    noise_factors: tuple[float, ...]
+    scaling: str  # "random": fold_gates_at_random, "global": fold_global
+    extrapolation: str  # "richardson" or "linear"
+    seed: int  # gate choice of fold_gates_at_random
+
+
 @register("zero_noise_extrapolation")
-class ZNE(MitigationTechnique):
+class ZNE(MitigationTechnique[ZNEConfig]):
     """Zero-noise extrapolation (mitiq ``fold_gates_at_random`` / ``fold_global`` + factories)."""
 
     name: ClassVar[str] = "zne"
@@ -59,15 +66,12 @@ class ZNE(MitigationTechnique):
     )
 
     @classmethod
-    def default_config(cls) -> dict[str, Any]:
-        return {
-            "noise_factors": (1, 3, 5),
-            "scaling": "random",  # "random": fold_gates_at_random, "global": fold_global
-            "extrapolation": "richardson",  # or "linear"
-            "seed": 0,  # gate choice of fold_gates_at_random
-        }
+    def default_config(cls) -> ZNEConfig:
+        return ZNEConfig(
+            noise_factors=(1, 3, 5), scaling="random", extrapolation="richardson", seed=0
+        )
 
-    def validate_config(self, config: dict[str, Any]) -> None:
+    def validate_config(self, config: ZNEConfig) -> None:
         factors = tuple(float(f) for f in config["noise_factors"])
         if len(factors) < 2 or len(set(factors)) != len(factors) or min(factors) < 1.0:
             raise ValueError(
