@@ -57,7 +57,7 @@ class MitigatedCircuits(list):
 
     circuits: list[QuantumCircuit]
     technique: str  # the stack's names joined by "+", e.g. "zne"
-    config: dict[str, Any]  # the technique's resolved configuration
+    config: Mapping[str, object]  # the technique's resolved configuration (its TypedDict)
     stack: MitigationStack = field(repr=False)
     plan: MitigationPlan = field(repr=False)
 
@@ -124,7 +124,7 @@ def _pin_gates(circuit: QuantumCircuit) -> QuantumCircuit:
 
 
 def _mitigate(
-    circuit: QuantumCircuit, name: str, config: dict[str, Any], pin: bool = False
+    circuit: QuantumCircuit, name: str, config: Mapping[str, object], pin: bool = False
 ) -> MitigatedCircuits:
     """Construct the circuits of one technique through the orchestrator's stack."""
     from kernel_server.estimator.mitigation import MitigationStack, get_technique

@@ -78,8 +78,10 @@ class _Node:
     anchor: int  # index into MitigationPlan.anchors: the circuit whose layout this one uses
     shots_ratio: float  # shots of this circuit per shot of the job
     children: list[_Node] = field(default_factory=list)
-    config: dict[str, Any] = field(default_factory=dict)  # of the technique that expanded it
-    context: dict[str, Any] = field(default_factory=dict)
+    # The config of the technique that expanded it (its own TypedDict; opaque here), and its
+    # construction's context: both go back to that technique's combine_results.
+    config: dict[str, object] = field(default_factory=dict)
+    context: dict[str, object] = field(default_factory=dict)
     leaf: int | None = None  # index into MitigationPlan.circuits
 
 
@@ -175,7 +177,7 @@ class MitigationStack:
             or any(t.needs_observable for t in self.techniques)
         )
 
-    def _config(self, technique: MitigationTechnique, observable: Any) -> dict[str, Any]:
+    def _config(self, technique: MitigationTechnique, observable: Any) -> dict[str, object]:
         config = dict(technique.config)
         if technique.needs_observable and config.get("observable") is None:
             config["observable"] = observable
