@@ -146,6 +146,7 @@ def circuit_pool(qpus: list[SimQPU], log: Any = None) -> dict[str, Any]:
     if path.exists():
         return json.loads(path.read_text())
     from kernel_server.backends.devices import load_backend
+    from kernel_server.core.circuits import DEFAULT_SHOTS
     from kernel_server.estimator.fidelity_data import benchmark_circuit
     from kernel_server.estimator.plans import resource_plans
 
@@ -172,7 +173,7 @@ def circuit_pool(qpus: list[SimQPU], log: Any = None) -> dict[str, Any]:
                 "depth": e.features.depth,
                 "num_qubits": e.features.num_qubits,
                 "num_circuits": e.num_circuits,
-                "shots_factor": e.total_shots / 4000.0,
+                "shots_factor": e.total_shots / DEFAULT_SHOTS,  # the plans' shots per circuit
                 "classical_s": e.classical_seconds,
             }
         pool[key] = entry
