@@ -12,6 +12,7 @@ from helpers import three_qpu_workload
 from kernel_server.core.status import DeviceInfo
 from kernel_server.scheduler.online import (
     ONLINE_PRESETS,
+    OnlinePreset,
     OnlineScheduler,
     decide,
     exchange_rate_schedules,
@@ -334,3 +335,65 @@ def test_the_dispatcher_holds_a_job_for_busy_queues_and_replans_it_when_one_clea
     held, placed = asyncio.run(scenario())
     assert held == ["fake_best"]  # planned on the better QPU, not yet in its 70 s queue
     assert placed == "fake_other"  # re-planned when the other queue cleared: not stuck behind 70 s
+
+
+def _long_job_start(preset: OnlinePreset, horizon_s: float = 300.0) -> float | None:
+    """Two QPUs, busy for 5.5 s; a long job (20 s) arrives at 0 and two short ones (1 s) every
+    second after it, as many as the QPUs can serve: when does the long job start (None: not by
+    the horizon)?"""
+    s = OnlineScheduler(preference=preset, pin_after_s=1e9, max_moves=10**9)
+    qpus = [View("a", 27, 0.0), View("b", 27, 0.0)]
+    busy_until, started = [5.5, 5.5], {}
+    s.add("long", 5, [0.9, 0.9], [20.0, 20.0], now=0.0)
+    for t in np.arange(0.0, horizon_s, 1.0):
+        if t > 0:
+            for k in range(2):
+                s.add(f"short{int(t)}-{k}", 5, [0.9, 0.9], [1.0, 1.0], now=float(t))
+        for view, until in zip(qpus, busy_until, strict=True):
+            view.wait_s = max(0.0, until - t)
+        for job_id, q in s.step(qpus, now=float(t)):
+            started[job_id] = max(busy_until[q], float(t))
+            busy_until[q] = started[job_id] + (20.0 if job_id == "long" else 1.0)
+        if "long" in started:
+            return started["long"]
+    return None
+
+
+def test_shortest_first_with_aging_bounds_a_long_jobs_wait() -> None:
+    aging = OnlinePreset(margin_s=1.0, weights=(0.1, 0.9), aging=0.5)
+    bound = aging.aging_bound_s(20.0)  # no job arriving 40 s after it goes first
+    start = _long_job_start(aging)
+    # Shorts arriving in its first 40 s may go first (two a second, as fast as the QPUs serve
+    # them, behind the 6 s the QPUs were busy); none arriving later does.
+    assert start is not None and 6.0 < start <= bound + 6.0
+    # Shortest first without aging starves it: two short jobs are always waiting.
+    assert _long_job_start(OnlinePreset(margin_s=1.0, weights=(0.1, 0.9), aging=1e-9)) is None
+    # Arrival order: it goes first, as soon as a QPU frees.
+    assert _long_job_start(OnlinePreset(margin_s=1.0, weights=(0.1, 0.9))) == 6.0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_no_job_arriving_past_the_aging_bound_is_ordered_first(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    preset = OnlinePreset(margin_s=1.0, weights=(0.1, 0.9), aging=0.2)
+    s = OnlineScheduler(preference=preset)
+    for k in range(40):
+        runtime = rng.uniform(0.5, 60.0, 3)
+        s.add(f"j{k}", 5, [0.9, 0.9, 0.9], runtime, now=float(rng.uniform(0, 600)))
+    order = s._order(np.arange(3), np.array([27, 27, 27]), now=600.0)
+    position = {job.job_id: i for i, job in enumerate(order)}
+    for j in order:
+        bound = preset.aging_bound_s(float(j.runtime.min()))
+        for k in order:
+            if k.arrived_s - j.arrived_s > bound:
+                assert position[k.job_id] > position[j.job_id]
+
+
+def test_shortest_first_puts_short_jobs_ahead_on_busy_qpus() -> None:
+    s = OnlineScheduler(preference=OnlinePreset(margin_s=1.0, weights=(0.1, 0.9), aging=0.1))
+    s.add("long", 5, [0.9, 0.9], [30.0, 30.0], now=0.0)
+    s.add("short", 5, [0.9, 0.9], [2.0, 2.0], now=1.0)
+    fleet = [View("a", 27, 5.0), View("b", 27, 8.0)]
+    assert s.step(fleet, now=1.0) == []
+    fleet[0].wait_s = 0.0
+    assert s.step(fleet, now=6.0) == [("short", 0)]  # 2 - 0.5 s goes before 30 - 0.6 s
