@@ -11,6 +11,9 @@
    jobs/h on 16 QPUs: mean and p95 JCT, fidelity, utilization, load difference, and whether each
    preset meets its target there; the online scheduler's decision times and wall time.
 4. The load-balancing bound: the least load difference any placement could reach (LP).
+5. With ``--sweep`` (alone): issue 33's sweep, the cloud at 20, 50, 80 and 95% utilization (the
+   arrival rate least-busy needs for it) on 8 and 16 QPUs, with and without the IBM queue trace:
+   every policy's table and issue 33's targets in each setting.
 """
 
 from __future__ import annotations
@@ -249,6 +252,73 @@ def against_baselines(seed: int) -> None:
     print()
 
 
+# Issue 33's sweep: the cloud loaded to these utilizations (set by the arrival rate).
+UTILIZATIONS = (0.2, 0.5, 0.8, 0.95)
+
+
+def rate_for(utilization: float, base: list[str], seed: int) -> float | None:
+    """Jobs/h at which least-busy runs the fleet at ``utilization``: utilization is close to
+    linear in the arrival rate below saturation, so two short runs fix the line. None where
+    other users' load alone exceeds it."""
+    points = []
+    for rate in (1000, 2500):
+        argv = [*base, "--jobs-per-hour", str(rate), "--hours", "0.25", "--seed", str(seed)]
+        points.append((rate, simulate([*argv, "--policies", "least-busy"])["least-busy"]))
+    (r0, m0), (r1, m1) = points
+    u0, u1 = m0["mean_utilization"], m1["mean_utilization"]
+    slope = (u1 - u0) / (r1 - r0)
+    if slope <= 0 or utilization <= u0 - slope * r0:
+        return None
+    return r0 + (utilization - u0) / slope
+
+
+def sweep_targets(results: dict, utilization: float) -> list[tuple[str, bool, str]]:
+    """Issue 33's targets in one setting of the sweep."""
+    j, b, lb = results["qonductor:jct"], results["qonductor"], results["least-busy"]
+    beaten_by = [o for o in BASELINES if dominates(results[o], j)]
+    out = [
+        ("jct dominated by no baseline", not beaten_by, f"by {', '.join(beaten_by) or 'none'}"),
+        ("balanced max load difference <= 16%", b["max_load_difference"] <= 0.16,
+         f"{b['max_load_difference']:.1%}"),
+    ]  # fmt: skip
+    if utilization >= 0.8:
+        out.append(
+            (
+                "jct mean JCT within 1.3x the lower bound, p95 <= least-busy's",
+                j["jct_over_bound"] <= 1.3 and j["p95_jct_s"] <= lb["p95_jct_s"],
+                f"{j['jct_over_bound']:.2f}x bound, p95 {j['p95_jct_s']:.1f} s vs "
+                f"{lb['p95_jct_s']:.1f} s",
+            )
+        )
+    return out
+
+
+def sweep(seed: int, fleets: list[int], hours: float, with_trace: bool) -> None:
+    from kernel_server.simulation.background import DEFAULT_TRACE
+
+    print(f"== 5. Utilization sweep (issue 33): {hours:g} h, seed {seed} ==")
+    policies = ",".join((*ONLINE, *PAPER, *BASELINES))
+    loads = [("", [])]
+    if with_trace and DEFAULT_TRACE.exists():
+        loads.append((", other users' load from the IBM queue trace", ["--background", "trace"]))
+    for qpus in fleets:
+        for label, extra in loads:
+            base = ["--qpus", str(qpus), *extra]
+            for utilization in UTILIZATIONS:
+                rate = rate_for(utilization, base, seed)
+                title = f"{qpus} QPUs{label}, utilization {utilization:.0%}"
+                if rate is None:
+                    print(f"-- {title}: other users' load alone exceeds it; skipped --\n")
+                    continue
+                argv = [*base, "--jobs-per-hour", f"{rate:.0f}", "--hours", str(hours)]
+                results = simulate([*argv, "--seed", str(seed), "--policies", policies])
+                print(f"-- {title}: {rate:.0f} jobs/h, {results['setup']['jobs']} jobs --")
+                print(table(results))
+                for target, ok, detail in sweep_targets(results, utilization):
+                    print(f"-> {target}: {'met' if ok else 'NOT met'} ({detail})")
+                print(flush=True)
+
+
 END_TO_END = ["--jobs-per-hour", "1500", "--qpus", "8", "--hours", "1"]
 
 
@@ -294,8 +364,18 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="sections 1-2 only")
+    parser.add_argument(
+        "--sweep", action="store_true", help="section 5 only: issue 33's utilization sweep"
+    )
+    parser.add_argument("--sweep-qpus", default="8,16", help="fleet sizes of the sweep")
+    parser.add_argument("--sweep-hours", type=float, default=1.0)
+    parser.add_argument("--no-trace", action="store_true", help="the sweep without the trace")
     args = parser.parse_args()
     os.environ.setdefault("QONDUCTOR_HOME", str(Path(tempfile.gettempdir()) / "qonductor-bench"))
+    if args.sweep:
+        fleets = [int(q) for q in args.sweep_qpus.split(",")]
+        sweep(args.seed, fleets, args.sweep_hours, not args.no_trace)
+        return 0
     quality(args.seed)
     speed(args.seed)
     if not args.quick:
