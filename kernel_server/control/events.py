@@ -197,7 +197,7 @@ class StartQpuJob(Instruction):
     """Estimate, place and queue this QPU job (the driver's async pipeline)."""
 
     job: JobRecord
-    index: int
+    seed: int | None  # the simulator's seed for this job (job_seed); None: unseeded
     request: Any = None  # the SampleRequested's request
 
 

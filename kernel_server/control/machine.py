@@ -320,7 +320,8 @@ class WorkflowMachine:
         run.qpu_jobs[job.id] = job
         live.callers[job.id] = ev.caller
         self.qpu_jobs[job.id] = (live, job)
-        return [Persist(job, publish=False), StartQpuJob(job, index, ev.request)]
+        seed = job_seed(live.options.seed, ev.step_id, index)
+        return [Persist(job, publish=False), StartQpuJob(job, seed, ev.request)]
 
     def _estimating(self, ev: QpuJobEstimating) -> list[Instruction]:
         if ev.job_id not in self.qpu_jobs:
@@ -446,6 +447,14 @@ class WorkflowMachine:
             job.transition(JobState.CANCELLED, "workflow cancelled", self.clock())
             out.append(Persist(job, "workflow cancelled"))
         return out + [Reply(caller, False, error_type="WorkflowCancelled", message=_CANCELLED)]
+
+
+def job_seed(base: int | None, step_id: int, index: int) -> int | None:
+    """The simulator seed of a step's ``index``-th QPU job, derived from the workflow's
+    ``--seed`` (None without one): a seeded run draws the same counts again."""
+    if base is None:
+        return None
+    return (int(base) * 1_000_003 + step_id * 1009 + index) % (2**31)
 
 
 def not_asking(run: WorkflowRun, step_id: int) -> str:

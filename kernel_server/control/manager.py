@@ -148,7 +148,7 @@ class JobManager:
         elif isinstance(ins, (PlanDecided, PlanFailed)):
             self._settle_plan(ins)
         elif isinstance(ins, StartQpuJob):
-            self.quantum.start(ins.job, ins.request, ins.index)
+            self.quantum.start(ins.job, ins.request, ins.seed)
         elif isinstance(ins, Enqueue):
             self.quantum.enqueue(ins.job_id, ins.qpu)
         elif isinstance(ins, Reply):

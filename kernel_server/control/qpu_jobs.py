@@ -35,7 +35,7 @@ from kernel_server.control.events import (
 from kernel_server.control.machine import LiveWorkflow, UserError
 from kernel_server.core.cache import LRU
 from kernel_server.core.deployment import RunOptions
-from kernel_server.core.jobs import JobRecord, WorkflowRun
+from kernel_server.core.jobs import JobRecord
 from kernel_server.core.status import Plan, PlanError, Plans
 from kernel_server.fleet.queues import QueuedJob, SimulatedQPU
 from kernel_server.scheduler.placement import Candidate, place
@@ -130,9 +130,9 @@ class QpuJobs:
         caller: Caller = (identity, rid, reply_as)
         self.m._do(SampleRequested(msg.workflow_id, msg.step_id, msg.shots, caller, msg))
 
-    def start(self, job: JobRecord, msg: P.Sample, index: int) -> None:
-        """StartQpuJob: the job's pipeline, in the background."""
-        self.m.ex.spawn(self._run(job, msg, index))
+    def start(self, job: JobRecord, msg: P.Sample, seed: int | None) -> None:
+        """StartQpuJob: the job's pipeline, in the background (with the seed the machine drew)."""
+        self.m.ex.spawn(self._run(job, msg, seed))
 
     def enqueue(self, job_id: str, qpu: str) -> None:
         """Enqueue: the job the pipeline readied goes into its QPU's queue."""
@@ -145,7 +145,7 @@ class QpuJobs:
             return contextlib.nullcontext()
         return self._session_locks.setdefault(key, asyncio.Lock())
 
-    async def _run(self, job: JobRecord, msg: P.Sample, index: int) -> None:
+    async def _run(self, job: JobRecord, msg: P.Sample, seed: int | None) -> None:
         """Estimate the job on its candidate QPUs, place it, queue it and wait for its counts;
         every state change goes through the machine."""
         m = self.m
@@ -169,7 +169,7 @@ class QpuJobs:
                     self.session_qpus.setdefault(msg.session, chosen)
                     self._session_locks.pop(msg.session, None)  # pinned: no lock needed now
             stack = plan.mitigation if plan is not None else "none"
-            await self._queue_and_wait(job, msg, index, live.run, chosen, est, cause, stack)
+            await self._queue_and_wait(job, msg, seed, chosen, est, cause, stack)
         except asyncio.CancelledError:
             m.qpu_waits.pop(job.id, None)
             m._do(QpuJobCancelled(job.id))
@@ -183,8 +183,7 @@ class QpuJobs:
         self,
         job: JobRecord,
         msg: P.Sample,
-        index: int,
-        run: WorkflowRun,
+        seed: int | None,
         chosen: str,
         est: Any,
         cause: str,
@@ -200,7 +199,7 @@ class QpuJobs:
             job,
             est.transpiled,
             msg.shots,
-            self._seed(run, job, index),
+            seed,
             done,
             mitigation=stack if stack != "none" else None,
             circuits=msg.circuits,
@@ -315,10 +314,3 @@ class QpuJobs:
         if msg.fingerprint and isinstance(plans, list) and plans:
             self.plans.put(key, plans)  # Plans are frozen: shared safely
         return plans
-
-    def _seed(self, run: WorkflowRun, job: JobRecord, index: int) -> int | None:
-        """Per-job simulator seed derived from the workflow's --seed: reproducible runs."""
-        base = self.m.machine.live[run.id].options.seed
-        if base is None:
-            return None
-        return (int(base) * 1_000_003 + (job.step_id or 0) * 1009 + index) % (2**31)

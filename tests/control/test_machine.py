@@ -36,7 +36,7 @@ from kernel_server.control.events import (
     WorkflowAdopted,
     WorkflowFinal,
 )
-from kernel_server.control.machine import UserError, WorkflowMachine, kinds
+from kernel_server.control.machine import UserError, WorkflowMachine, job_seed, kinds
 from kernel_server.core.deployment import ConfigError, RunOptions, run_options
 from kernel_server.core.graph import WorkflowGraph
 from kernel_server.core.jobs import IllegalTransition, JobState, WorkflowRun, WorkflowState
@@ -433,3 +433,16 @@ def test_a_step_whose_inputs_cannot_be_built_fails_instead_of_stopping_the_machi
     out = adopt(m, run)
     assert ("wf.s0", "failed") in persisted(out) and run.state is WorkflowState.FAILED
     assert isinstance(out[-1], WorkflowFinal) and m.slots["classical"] == 2
+
+
+def test_the_machine_draws_each_qpu_jobs_seed_from_the_workflows() -> None:
+    m = WorkflowMachine()
+    adopt(m, new_run("seeded", "hybrid"), seed=7)
+    adopt(m, new_run("free", "hybrid"))
+    seeds = [
+        of(m.handle(SampleRequested("seeded", 0, 100, CALLER)), StartQpuJob)[0].seed
+        for _ in range(3)
+    ]
+    # One seed per QPU job of the step, the same for the same --seed, different job to job.
+    assert seeds == [job_seed(7, 0, i) for i in range(3)] and len(set(seeds)) == 3
+    assert of(m.handle(SampleRequested("free", 0, 100, CALLER)), StartQpuJob)[0].seed is None

@@ -82,7 +82,7 @@ def _summary(i: Instruction) -> tuple[Any, ...]:
     if isinstance(i, RunStep):
         return ("RunStep", i.spec.workflow_id, i.spec.step_id, tuple(sorted(i.spec.inputs)))
     if isinstance(i, StartQpuJob):
-        return ("StartQpuJob", i.job.id, i.index, i.job.created_at)
+        return ("StartQpuJob", i.job.id, i.seed, i.job.created_at)
     return (type(i).__name__, *(repr(v) for k, v in sorted(vars(i).items()) if k != "run"))
 
 
