@@ -57,7 +57,15 @@ from kernel_server.control.events import (
 from kernel_server.core.dataflow import cell_outputs, step_inputs
 from kernel_server.core.deployment import RunOptions
 from kernel_server.core.graph import Step, StepKind
-from kernel_server.core.jobs import JobRecord, JobState, WorkflowRun, WorkflowState, new_id
+from kernel_server.core.jobs import (
+    JobRecord,
+    JobState,
+    WorkflowRun,
+    WorkflowState,
+    job_seed,
+    new_id,
+    not_asking,
+)
 from kernel_server.core.plans import ASSUMED_LOOP_CALLS, choose_plan, parse_plan_option
 from kernel_server.core.status import Plan, Plans
 from kernel_server.tasks.step import StepOutcome, StepSpec
@@ -447,37 +455,6 @@ class WorkflowMachine:
             job.transition(JobState.CANCELLED, "workflow cancelled", self.clock())
             out.append(Persist(job, "workflow cancelled"))
         return out + [Reply(caller, False, error_type="WorkflowCancelled", message=_CANCELLED)]
-
-
-def job_seed(base: int | None, step_id: int, index: int) -> int | None:
-    """The simulator seed of a step's ``index``-th QPU job, derived from the workflow's
-    ``--seed`` (None without one): a seeded run draws the same counts again."""
-    if base is None:
-        return None
-    return (int(base) * 1_000_003 + step_id * 1009 + index) % (2**31)
-
-
-def not_asking(run: WorkflowRun, step_id: int) -> str:
-    """Why a plan cannot be chosen for this step now, and when it can."""
-    step = run.steps.get(step_id)
-    decided = any(
-        p.chosen
-        for j in run.qpu_jobs.values()
-        if j.step_id == step_id and isinstance(j.plans, list)
-        for p in j.plans
-    )
-    if decided and not run.state.final:
-        return f"step {step_id} of workflow {run.id} already runs with its chosen plan"
-    if step is not None and not step.state.final and not run.state.final:
-        return (
-            f"step {step_id} of workflow {run.id} has no plans yet: it still waits "
-            f"for the steps before it ({step.state.value}); choose once "
-            f"%qonductor plans {run.id} lists them"
-        )
-    return (
-        f"workflow {run.id} has no step {step_id} waiting for a plan "
-        f"(it is {run.state.value}; plans are chosen once, when the step is ready)"
-    )
 
 
 _CANCELLED = "the workflow was cancelled"

@@ -40,12 +40,12 @@ from kernel_server.control.events import (
     WorkflowAdopted,
     WorkflowFinal,
 )
-from kernel_server.control.machine import UnknownWorkflow, UserError, WorkflowMachine, not_asking
+from kernel_server.control.machine import UnknownWorkflow, UserError, WorkflowMachine
 from kernel_server.control.qpu_jobs import CircuitTooWide, QpuJobs
 from kernel_server.control.stimuli import StimulusLog
 from kernel_server.control.store import Store
 from kernel_server.core.deployment import DEFAULT_PLACEMENT, RunOptions, stored_options
-from kernel_server.core.jobs import JobRecord, WorkflowRun
+from kernel_server.core.jobs import JobRecord, WorkflowRun, not_asking
 from kernel_server.core.plans import parse_plan_option
 from kernel_server.core.status import JobState, Plans, WorkflowInfo
 from kernel_server.fleet.queues import SimulatedQPU

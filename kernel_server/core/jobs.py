@@ -77,6 +77,14 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
+def job_seed(base: int | None, step_id: int, index: int) -> int | None:
+    """The simulator seed of a step's ``index``-th QPU job, derived from the workflow's
+    ``--seed`` (None without one): a seeded run draws the same counts again."""
+    if base is None:
+        return None
+    return (int(base) * 1_000_003 + step_id * 1009 + index) % (2**31)
+
+
 @dataclass
 class Transition:
     source: JobState
@@ -333,6 +341,29 @@ class WorkflowRun:
                 )
             )
         return out
+
+
+def not_asking(run: WorkflowRun, step_id: int) -> str:
+    """Why a plan cannot be chosen for this step now, and when it can."""
+    step = run.steps.get(step_id)
+    decided = any(
+        p.chosen
+        for j in run.qpu_jobs.values()
+        if j.step_id == step_id and isinstance(j.plans, list)
+        for p in j.plans
+    )
+    if decided and not run.state.final:
+        return f"step {step_id} of workflow {run.id} already runs with its chosen plan"
+    if step is not None and not step.state.final and not run.state.final:
+        return (
+            f"step {step_id} of workflow {run.id} has no plans yet: it still waits "
+            f"for the steps before it ({step.state.value}); choose once "
+            f"%qonductor plans {run.id} lists them"
+        )
+    return (
+        f"workflow {run.id} has no step {step_id} waiting for a plan "
+        f"(it is {run.state.value}; plans are chosen once, when the step is ready)"
+    )
 
 
 # The final workflow states as plain strings, for code that holds states as text (replies, events,

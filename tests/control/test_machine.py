@@ -36,10 +36,16 @@ from kernel_server.control.events import (
     WorkflowAdopted,
     WorkflowFinal,
 )
-from kernel_server.control.machine import UserError, WorkflowMachine, job_seed, kinds
+from kernel_server.control.machine import UserError, WorkflowMachine, kinds
 from kernel_server.core.deployment import ConfigError, RunOptions, run_options
 from kernel_server.core.graph import WorkflowGraph
-from kernel_server.core.jobs import IllegalTransition, JobState, WorkflowRun, WorkflowState
+from kernel_server.core.jobs import (
+    IllegalTransition,
+    JobState,
+    WorkflowRun,
+    WorkflowState,
+    job_seed,
+)
 from kernel_server.core.status import Plan
 from kernel_server.tasks.step import StepOutcome
 
