@@ -77,7 +77,8 @@ def _numpy_scalar(value: Any) -> Any:
     """A numpy number in a file's free-form metadata (a training score) as the Python one."""
     if isinstance(value, np.generic):
         return value.item()
-    raise NotImplementedError(f"cannot write {type(value).__name__} to a model file")
+    # msgspec's enc_hook: an exception raised here fails the encoding with its message.
+    raise TypeError(f"cannot write {type(value).__name__} to a model file")
 
 
 class ArrayFile(msgspec.Struct, frozen=True):
