@@ -38,6 +38,7 @@ from qiskit.result.postprocess import format_counts_memory
 from qiskit_aer import AerSimulator
 from qiskit_aer.noise.passes import RelaxationNoisePass
 
+from kernel_server.backends.branching import run_branching
 from kernel_server.backends.cost_model import machine_rates
 from kernel_server.backends.devices import calibration_id
 from kernel_server.backends.dynamic import has_control_flow
@@ -330,6 +331,9 @@ def _run_method(
         assert isinstance(program, LazyProgram)
         probabilities, clbits = run_lazy(program, noise, budget.check)
         return sample_counts(probabilities, clbits, program, shots, seed), None
+    if name == "branching_density_matrix":
+        assert isinstance(program, LazyProgram)
+        return run_branching(program, noise, shots, seed, budget.check), None
     if name in TRAJECTORY_METHODS:
         assert isinstance(program, LazyProgram)
         simulator = _aer_simulator(noise, TRAJECTORY_METHODS[name])
@@ -350,8 +354,8 @@ def run_noisy(
     """Sample ``transpiled`` (output of ``transpile_for``) under ``backend``'s noise.
 
     Same noise model and same count keys as :func:`run_reference`, at a fraction of its cost on
-    127-156 qubit devices. ``method`` is "auto" (cheapest estimated), "lazy_density_matrix",
-    "density_matrix" or "statevector". Deterministic for a given seed.
+    127-156 qubit devices. ``method`` is "auto" (cheapest estimated) or one of
+    :data:`~kernel_server.backends.methods.METHODS`. Deterministic for a given seed.
     """
     return run_noisy_detailed(backend, transpiled, shots, seed=seed, method=method).counts
 

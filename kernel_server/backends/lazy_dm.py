@@ -69,6 +69,10 @@ class LazyProgram:
     creg_sizes: list[list[Any]]
     cost_cma: float  # complex multiply-adds of one evolution, for method selection
     peak_entries: int
+    # The same with measured qubits sampled as they leave (kernel_server.backends.branching):
+    # per measured-qubits-done count d, the multiply-adds and the peak entries of one branch
+    # while d qubits are done (a state holds at most min(shots, 2^d) branches).
+    branch_profile: tuple[tuple[int, float, int], ...] = ()
 
 
 def _lazy_order(ops: list[tuple[Any, tuple[int, ...]]]) -> list[int]:
@@ -150,17 +154,22 @@ def plan_lazy(circuit: QuantumCircuit) -> LazyProgram | str:
     done = 0
     cost = 0.0
     peak = 1
+    branch: dict[int, list[float]] = {}  # done -> [multiply-adds, peak entries] of one branch
     for i, (_, qargs) in enumerate(ops):
         if len(qargs) > 1:
             in_flight.update(qargs)
-            size = 4 ** len(in_flight) * 2**done
-            peak = max(peak, size)
-            cost += size * 4 ** len(qargs)
+            size = 4 ** len(in_flight)
+            peak = max(peak, size * 2**done)
+            cost += size * 2**done * 4 ** len(qargs)
+            step = branch.setdefault(done, [0.0, 1])
+            step[0] += size * 4 ** len(qargs)
+            step[1] = max(step[1], size)
         for q in qargs:
             if last_op[q] == i:
                 if q in in_flight:
                     in_flight.discard(q)
                     cost += 4 ** (len(in_flight) + 1) * 2**done * 4
+                    branch.setdefault(done, [0.0, 1])[0] += 4 ** (len(in_flight) + 1) * 4
                 done += q in measured
                 peak = max(peak, 4 ** len(in_flight) * 2**done)
     return LazyProgram(
@@ -172,6 +181,7 @@ def plan_lazy(circuit: QuantumCircuit) -> LazyProgram | str:
         creg_sizes=[[creg.name, creg.size] for creg in circuit.cregs],
         cost_cma=cost,
         peak_entries=peak,
+        branch_profile=tuple((d, work, int(top)) for d, (work, top) in sorted(branch.items())),
     )
 
 
@@ -204,7 +214,7 @@ def _op_superop(noise: CompactNoise, operation: Any, qargs: tuple[int, ...]) -> 
     return superop
 
 
-class _LazyState:
+class LazyState:
     """The engine's state and its axis labels."""
 
     def __init__(self, dtype: type) -> None:
@@ -242,17 +252,14 @@ class _LazyState:
 _ZERO = np.array([[1, 0], [0, 0]], dtype=complex)
 
 
-def run_lazy(
-    program: LazyProgram, noise: CompactNoise, check: Callable[[float], None] | None = None
-) -> tuple[np.ndarray, list[int]]:
-    """Evolve the density matrix; return measured-outcome probabilities and their clbits.
-
-    The probability array has one axis per measured qubit, readout error applied, axes in the
-    order of the returned clbit list. ``check(done)`` is called between operations with the share
-    of them done (a run's budget: it raises to stop the run).
-    """
-    dtype = np.complex64 if program.peak_entries > 4**10 else np.complex128
-    state = _LazyState(dtype)
+def evolve(
+    program: LazyProgram,
+    noise: CompactNoise,
+    state: LazyState,
+    check: Callable[[float], None] | None = None,
+) -> None:
+    """Run the program's operations on ``state``; each qubit is finished (``state.finish``)
+    right after its last gate. Qubits that no gate touched are left out."""
     pending: dict[int, np.ndarray] = {}  # buffered single-qubit superops, not yet applied
     active: set[int] = set()
 
@@ -295,9 +302,23 @@ def run_lazy(
                 flush(q)
                 state.finish(q, keep=q in program.measured)
 
+
+def run_lazy(
+    program: LazyProgram, noise: CompactNoise, check: Callable[[float], None] | None = None
+) -> tuple[np.ndarray, list[int]]:
+    """Evolve the density matrix; return measured-outcome probabilities and their clbits.
+
+    The probability array has one axis per measured qubit, readout error applied, axes in the
+    order of the returned clbit list. ``check(done)`` is called between operations with the share
+    of them done (a run's budget: it raises to stop the run).
+    """
+    dtype = np.complex64 if program.peak_entries > 4**10 else np.complex128
+    state = LazyState(dtype)
+    evolve(program, noise, state, check)
     # Measured qubits that no gate touched are still |0>.
+    present = {label[0] for label in state.labels}
     for q in program.measured:
-        if q not in active:
+        if q not in present:
             state.tensor = state.tensor[..., None] * np.array([1, 0], dtype=state.tensor.dtype)
             state.labels.append((q, "d"))
     probabilities = np.clip(state.tensor.real.astype(np.float64), 0.0, None)

@@ -8,6 +8,9 @@ can run the circuit. What each is for:
 
 * ``lazy_density_matrix``: the numpy engine (one density-matrix evolution, qubits in flight only);
   circuits whose qubits enter and leave one by one, any width.
+* ``branching_density_matrix``: the numpy engine measuring each qubit as it leaves, shots that
+  agree so far sharing one state (:mod:`kernel_server.backends.branching`); exact samples where
+  few qubits are in flight but many are done (W states at 24 qubits).
 * ``density_matrix``: Aer's, up to 12 qubits, including what the engine does not take.
 * ``statevector``: Aer's noisy trajectories, one per shot; anything, at any cost.
 * ``statevector_reuse``: statevector trajectories with several shots each; spread-out outputs at
@@ -28,6 +31,7 @@ import numpy as np
 from qiskit import QuantumCircuit
 from qiskit.circuit import ControlFlowOp, Measure
 
+from kernel_server.backends.branching import branching_entries, branching_work
 from kernel_server.backends.cost_model import MachineRates, machine_rates
 from kernel_server.backends.dynamic import costliest_path
 from kernel_server.backends.guard import settings as guard_settings
@@ -62,6 +66,7 @@ __all__ = [
 METHODS = (
     "auto",
     "lazy_density_matrix",
+    "branching_density_matrix",
     "density_matrix",
     "statevector",
     "statevector_reuse",
@@ -82,6 +87,10 @@ REUSE_MAX_QUBITS = 26
 PROBE_MIN_QUBITS = 20
 # ... and only when statevector reuse would take longer than this (a probe can take seconds).
 PROBE_WORTH_S = 20.0
+# Methods that run the lazy engine's program (gates, then terminal measurements).
+_NEEDS_PROGRAM = frozenset(
+    {"lazy_density_matrix", "branching_density_matrix", "statevector_reuse", "mps_reuse"}
+)
 _CLIFFORD = {"cx", "cy", "cz", "ecr", "h", "id", "s", "sdg", "swap", "sx", "sxdg", "x", "y", "z"}
 
 
@@ -270,6 +279,8 @@ def plan_methods(
             )
         else:
             unsupported = f"peak state of {program.peak_entries} entries"
+        if branching_entries(program, shots) <= LAZY_MAX_ENTRIES:
+            estimates["branching_density_matrix"] = _branching_estimate(program, shots, rates)
         support = None
         if _non_clifford(circuit) is None:
             support = clifford_support_bits(circuit, sorted(program.measured))
@@ -283,9 +294,9 @@ def plan_methods(
     if method == "auto":
         method = min(estimates, key=estimates.__getitem__)
     elif method not in estimates:
-        reason = _why_not(method, circuit, noise, unsupported)
+        reason = _why_not(method, circuit, noise, program, shots)
         raise ValueError(f"{method} cannot run this circuit: {reason}")
-    memory = _memory_estimates(circuit, program, estimates, bond)
+    memory = _memory_estimates(circuit, program, estimates, bond, shots)
     plan = NoisyRunPlan(
         method,
         physical_qubits,
@@ -297,6 +308,15 @@ def plan_methods(
         trajectories,
     )
     return plan, program
+
+
+def _branching_estimate(program: LazyProgram, shots: int, rates: MachineRates) -> float:
+    """The branching engine at its most branches. Each measurement splits every branch (some 20
+    numpy calls), and each shot's bits are expanded, read out and counted at the end (a few ms
+    at 4000 shots: where both engines take milliseconds the lazy one, exact, is chosen)."""
+    calls = len(program.ops) + 20 * len(program.measured)
+    tail = 3e-3 + shots * program.num_clbits * 2e-8
+    return branching_work(program, shots) / rates.lazy_cma_per_s + calls * rates.lazy_op_s + tail
 
 
 def _apply_misses(circuit: QuantumCircuit, estimates: dict[str, float]) -> tuple[str, ...]:
@@ -323,7 +343,11 @@ def _statevector_reuse_bytes(num_qubits: int, measured: int) -> float:
 
 
 def _memory_estimates(
-    circuit: QuantumCircuit, program: LazyProgram | str, estimates: dict[str, float], bond: int
+    circuit: QuantumCircuit,
+    program: LazyProgram | str,
+    estimates: dict[str, float],
+    bond: int,
+    shots: int,
 ) -> dict[str, float]:
     """Peak resident bytes of each method on the compact circuit (twice the state: numpy and
     Aer keep a working copy; Aer's statevector one state per core; ``bond`` the MPS bound)."""
@@ -334,6 +358,8 @@ def _memory_estimates(
         if name == "lazy_density_matrix" and isinstance(program, LazyProgram):
             width = 8 if program.peak_entries > 4**10 else _COMPLEX
             memory[name] = 3.0 * program.peak_entries * width
+        elif name == "branching_density_matrix" and isinstance(program, LazyProgram):
+            memory[name] = 3.0 * branching_entries(program, shots) * _COMPLEX
         elif name == "density_matrix":
             memory[name] = 2.0 * _COMPLEX * 4.0**k
         elif name == "statevector":
@@ -349,10 +375,18 @@ def _memory_estimates(
 
 
 def _why_not(
-    method: str, circuit: QuantumCircuit, noise: CompactNoise | None, lazy: str | None
+    method: str,
+    circuit: QuantumCircuit,
+    noise: CompactNoise | None,
+    program: LazyProgram | str,
+    shots: int,
 ) -> str:
-    if method == "lazy_density_matrix" or (lazy and method in ("statevector_reuse", "mps_reuse")):
-        return str(lazy)
+    if isinstance(program, str) and method in _NEEDS_PROGRAM:
+        return program
+    if method == "lazy_density_matrix" and isinstance(program, LazyProgram):
+        return f"peak state of {program.peak_entries} entries"
+    if method == "branching_density_matrix":
+        return f"more than {LAZY_MAX_ENTRIES} entries in its branches at {shots} shots"
     if method == "density_matrix":
         return f"{circuit.num_qubits} qubits (at most {AER_DENSITY_MATRIX_MAX_QUBITS})"
     if method == "stabilizer":

@@ -64,6 +64,20 @@ def qaoa_ring(n: int) -> QuantumCircuit:
     return qc
 
 
+def there_and_back(n: int) -> QuantumCircuit:
+    """A chain of rzz up and back down: every qubit waits for the way back (all in flight), while
+    the bond across any cut stays small."""
+    qc = QuantumCircuit(n)
+    qc.h(range(n))
+    for q in range(n - 1):
+        qc.rzz(0.9, q, q + 1)
+    for q in reversed(range(n - 1)):
+        qc.rzz(0.4, q, q + 1)
+    qc.rx(0.7, range(n))
+    qc.measure_all()
+    return qc
+
+
 def spread(n: int, depth: int = 10) -> QuantumCircuit:
     qc = random_circuit(n, depth, max_operands=2, seed=0)
     qc.measure_all()
@@ -169,8 +183,12 @@ def test_cost_model_picks_each_method_for_its_kind_of_circuit(torino, pauli_rela
     assert _method(ghz(12), torino) == "lazy_density_matrix"
     # 16 entangled qubits with a spread-out output: statevector trajectories, reused.
     assert _method(spread(16), torino) == "statevector_reuse"
-    # 24 qubits of low entanglement: matrix product states, reused.
-    assert _method(qaoa_ring(24), torino) == "mps_reuse"
+    # 24 qubits each in flight briefly, all measured: the branching engine (measuring each as it
+    # leaves) where the lazy engine would hold 2^24 outcomes.
+    assert _method(qaoa_ring(24), torino) == "branching_density_matrix"
+    # 24 qubits of low entanglement all in flight at once (a chain entangled there and back):
+    # matrix product states, reused.
+    assert _method(there_and_back(24), torino) == "mps_reuse"
     # Clifford gates under Pauli-and-reset noise: the stabilizer method, exact there.
     # (The transpiler must leave every rz at a multiple of pi/2: cx networks do, merged H and S
     # runs often do not, and those are then priced for the other methods.)
