@@ -354,7 +354,17 @@ class Orchestrator:
             self.compute.release(node, request, reserved, spec.kind)
 
     async def _estimate(self, msg: Sample, device: str) -> qpu.DeviceEstimate:
-        return await self.compute.plan(qpu.estimate_on_device, msg.circuits, device, 0, msg.rows)
+        on_ibm = self.ibm is not None and device in self.ibm.devices
+        return await self.compute.plan(
+            qpu.estimate_on_device,
+            msg.circuits,
+            device,
+            0,
+            msg.rows,
+            msg.shots,
+            on_ibm,
+            self.fleet_spec.runtime_quantile,
+        )
 
     async def _plan(self, msg: Sample) -> Plans:
         return await self.compute.plan(

@@ -205,6 +205,7 @@ class QpuJobs:
             circuits=msg.circuits,
             parameter_values=msg.parameter_values,
             session=msg.session,
+            predicted_s=est.run_s,
         )
         m._do(placed)  # the machine's Enqueue puts it in the queue (``enqueue``)
         if self.ready.pop(job.id, None) is not None:
@@ -249,10 +250,12 @@ class QpuJobs:
         policy = options.placement or m.placement
         priority = options.priority
         if policy == "qonductor" and len(candidates) > 1:
+            # Each QPU's run time in the seconds its queue measures (its wait is in those too).
+            runtimes = {q.name: q.job_seconds(by_name[q.name].run_s) for q in qpus}
             name = await m.dispatcher.place(
                 job.id,
                 msg.num_qubits,
-                {c.qpu: (c.fidelity, by_name[c.qpu].duration_s) for c in candidates},
+                {c.qpu: (c.fidelity, runtimes[c.qpu]) for c in candidates},
                 priority,
             )
         else:

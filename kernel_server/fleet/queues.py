@@ -34,6 +34,8 @@ class QueuedJob:
     session: str = ""
     # Another user's job (background load): it only occupies the QPU for this many seconds.
     background_s: float | None = None
+    # Seconds it was predicted to hold the QPU (tasks.qpu.job_run_seconds); None: unknown.
+    predicted_s: float | None = None
 
 
 # A Session's jobs go ahead of others, but at most this many in a row while others wait; and
@@ -130,8 +132,12 @@ class SimulatedQPU:
     queue: JobQueue = field(default_factory=JobQueue)
     running: QueuedJob | None = None
     running_since: float | None = None
-    # Exponential moving average of job run time: what the next queued job is expected to take.
+    # Exponential moving average of job run time: what a queued job without a prediction is
+    # expected to take.
     ema_run_s: float = 1.0
+    # ... and of measured over predicted run time: a prediction in this QPU's own seconds.
+    ema_ratio: float = 1.0
+    predicted_runs: int = 0
     jobs_done: int = 0
     busy_s: float = 0.0
     online: bool = True
@@ -152,22 +158,32 @@ class SimulatedQPU:
     def queue_length(self) -> int:
         return self.queue.qsize() + (1 if self.running else 0) + self.external_pending
 
+    def job_seconds(self, predicted_s: float | None) -> float:
+        """What a job predicted to take ``predicted_s`` will hold this QPU: the prediction in
+        its measured seconds (times the measured-over-predicted ratio), or its mean job."""
+        if predicted_s is None:
+            return self.ema_run_s
+        return predicted_s * self.ema_ratio
+
+    def _running_left_s(self) -> float:
+        if self.running is None or self.running_since is None:
+            return 0.0
+        expected = self.job_seconds(self.running.predicted_s)
+        return max(0.0, expected - (time.time() - self.running_since))
+
     def expected_wait_s(self) -> float:
-        wait = (self.queue.qsize() + self.external_pending) * self.ema_run_s
-        if self.running and self.running_since is not None:
-            wait += max(0.0, self.ema_run_s - (time.time() - self.running_since))
-        return wait
+        wait = sum(self.job_seconds(item.predicted_s) for item in self.queue.waiting())
+        return wait + self.external_pending * self.ema_run_s + self._running_left_s()
 
     def position_of(self, job_id: str) -> tuple[int, float] | None:
         """(jobs ahead, estimated seconds until it starts) of a job waiting in this queue."""
-        waiting = [item.job.id for item in self.queue.waiting() if not item.job.state.final]
-        if job_id not in waiting:
+        waiting = [item for item in self.queue.waiting() if not item.job.state.final]
+        ids = [item.job.id for item in waiting]
+        if job_id not in ids:
             return None
-        ahead = waiting.index(job_id)
-        start = ahead * self.ema_run_s
-        if self.running and self.running_since is not None:
-            start += max(0.0, self.ema_run_s - (time.time() - self.running_since))
-        return ahead, start
+        ahead = ids.index(job_id)
+        start = sum(self.job_seconds(item.predicted_s) for item in waiting[:ahead])
+        return ahead, start + self._running_left_s()
 
     def fail_waiting(self, reason: str) -> None:
         """The QPU leaves the fleet: the job on it and every job in its queue fail with why."""
@@ -178,11 +194,17 @@ class SimulatedQPU:
             if not item.done.done():
                 item.done.set_exception(RuntimeError(reason))
 
-    def record_run(self, seconds: float) -> None:
+    def record_run(self, seconds: float, predicted_s: float | None = None) -> None:
         self.jobs_done += 1
         self.busy_s += seconds
         self.recent_runs.append((time.time(), seconds))
         self.ema_run_s = seconds if self.jobs_done == 1 else 0.7 * self.ema_run_s + 0.3 * seconds
+        if predicted_s is not None and predicted_s > 0:
+            # Bounded: one run that stalled (or a prediction of ~0) must not ruin the rest.
+            ratio = min(max(seconds / predicted_s, 0.01), 100.0)
+            self.predicted_runs += 1
+            first = self.predicted_runs == 1
+            self.ema_ratio = ratio if first else 0.7 * self.ema_ratio + 0.3 * ratio
 
     def recent_busy_s(self, window_s: float = BALANCE_WINDOW_S) -> float:
         """Seconds this QPU was busy (our jobs and background ones) in the last ``window_s``, the
@@ -231,7 +253,7 @@ async def qpu_runner(qpu: SimulatedQPU, execute: Executor, on_start: OnStart) ->
             on_start(item.job)
             t0 = time.perf_counter()
             result = await execute(qpu.name, item)
-            qpu.record_run(time.perf_counter() - t0)
+            qpu.record_run(time.perf_counter() - t0, item.predicted_s)
             item.job.worker = getattr(result, "worker", None) or item.job.worker
             if not item.done.done():
                 item.done.set_result(result)

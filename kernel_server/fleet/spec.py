@@ -88,6 +88,10 @@ class FleetSpec:
     # Load balancing of the quantum scheduler (scheduler.balance; None: off): for a shared
     # orchestrator whose users should spread over the fleet rather than all take the best QPU.
     balance: float | None = None
+    # The quantile of a job's predicted run time the scheduler plans with (scheduler.
+    # runtime_quantile): 0.5 the runtime model's central value; above, the upper end of its
+    # interval (IBM devices; simulated ones have a point estimate only).
+    runtime_quantile: float = 0.5
 
     @property
     def names(self) -> list[str]:
@@ -95,7 +99,7 @@ class FleetSpec:
 
 
 _TOP = {"simulated", "ibm", "background", "prices", "cluster", "limits", "scheduler"}
-_SCHEDULER = {"balance"}
+_SCHEDULER = {"balance", "runtime_quantile"}
 _LIMITS = {"max_qubits", "max_shots", "max_payload_bytes", "step_timeout_s"}
 _IBM = {
     "backends",
@@ -155,10 +159,10 @@ def fleet_spec_from_dict(data: dict[str, Any], where: str = "fleet") -> FleetSpe
     limits = Limits()
     if data.get("limits") is not None:
         limits = _limits(f"{where}.limits", data["limits"])
-    balance = None
+    balance, quantile = None, 0.5
     if data.get("scheduler") is not None:
-        balance = _balance(f"{where}.scheduler", data["scheduler"])
-    spec = FleetSpec(simulated, ibm, background, dict(prices), cluster, limits, balance)
+        balance, quantile = _scheduler(f"{where}.scheduler", data["scheduler"])
+    spec = FleetSpec(simulated, ibm, background, dict(prices), cluster, limits, balance, quantile)
     if not spec.names:
         raise FleetConfigError(f"{where} has no QPUs: list simulated devices or IBM backends")
     duplicated = {n for n in spec.names if spec.names.count(n) > 1}
@@ -220,7 +224,7 @@ def _limits(where: str, data: Any) -> Limits:
     return Limits(**kwargs)
 
 
-def _balance(where: str, data: Any) -> float | None:
+def _scheduler(where: str, data: Any) -> tuple[float | None, float]:
     section = _section(where, data, _SCHEDULER)
     balance = section.get("balance")
     if balance is not None and (
@@ -230,7 +234,18 @@ def _balance(where: str, data: Any) -> float | None:
             f"{where}.balance is a tolerance from 0 to below 1 such as 0.05 "
             f"(each QPU within 5% of the even load), got {balance!r}"
         )
-    return balance
+    quantile = section.get("runtime_quantile", 0.5)
+    if (
+        isinstance(quantile, bool)
+        or not isinstance(quantile, (int, float))
+        or not (0.5 <= quantile < 1)
+    ):
+        raise FleetConfigError(
+            f"{where}.runtime_quantile is the share of jobs whose run time the scheduler's "
+            f"plan should cover, from 0.5 (the central estimate) to below 1 such as 0.9, "
+            f"got {quantile!r}"
+        )
+    return balance, float(quantile)
 
 
 def load_fleet_spec(spec: str) -> FleetSpec:

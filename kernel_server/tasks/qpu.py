@@ -16,6 +16,7 @@ from typing import Any
 
 import cloudpickle
 
+from kernel_server.core.circuits import DEFAULT_SHOTS
 from kernel_server.core.plans import PLAN_LIMIT  # what --plan N picks from
 from kernel_server.core.status import DeviceInfo, PlanError, Plans
 from kernel_server.wire.circuits import load_circuits
@@ -25,10 +26,13 @@ from kernel_server.wire.circuits import load_circuits
 class DeviceEstimate:
     device: str
     fidelity: float
-    duration_s: float
+    duration_s: float  # one shot of every circuit: the critical paths, summed
     transpiled: bytes
     num_circuits: int
     seconds: float  # how long estimating took (transpilation dominates)
+    # Seconds the job holds the device, in what its queue measures (``job_run_seconds``), at the
+    # scheduler's quantile; None where nothing predicts it (the QPU's mean job stands in).
+    run_s: float | None = None
 
 
 def describe_backend(name: str, fleet: list[str]) -> tuple[str, str, int, list[str], bytes]:
@@ -74,9 +78,16 @@ def _mitigated_by_hand(circuits: list[Any]) -> bool:
 
 
 def estimate_on_device(
-    circuits_blob: bytes, device: str, seed: int = 0, rows: int = 1
+    circuits_blob: bytes,
+    device: str,
+    seed: int = 0,
+    rows: int = 1,
+    shots: int = DEFAULT_SHOTS,
+    on_ibm: bool = False,
+    quantile: float = 0.5,
 ) -> DeviceEstimate:
-    """Transpile each circuit for the device; numerical fidelity (mean) and duration (sum).
+    """Transpile each circuit for the device; numerical fidelity (mean), duration (sum) and the
+    time the job will hold the device (``job_run_seconds``, at ``quantile``).
 
     ``rows`` parameter sets are bound into every circuit where the job runs: the circuits are
     transpiled once (unbound) and the job counts ``rows`` times as many. ISA circuits (with a
@@ -95,28 +106,42 @@ def estimate_on_device(
     t0 = time.perf_counter()
     backend = load_backend(device)
     circuits = load_circuits(circuits_blob)
+    compiled: list[Any]
     if all(getattr(c, "layout", None) is not None for c in circuits):
         from kernel_server.backends.isa import compile_isa
 
         compiled = [compile_isa(c, backend) for c in circuits]
-        return _estimate_compiled(device, compiled, backend, rows, t0)
-    if _mitigated_by_hand(circuits):
+    elif _mitigated_by_hand(circuits):
         from kernel_server.backends.compile import choose_layout, transpile_mitigated
 
         layout = choose_layout(circuits[0], backend)
         compiled = [transpile_mitigated(c, backend, layout) for c in circuits]
-        return _estimate_compiled(device, compiled, backend, rows, t0)
-    estimates = [numerical_estimate(c, backend, seed=seed) for c in circuits]
-    fidelity = sum(e.fidelity for e in estimates) / len(estimates)
-    duration = sum(e.duration_s for e in estimates) * rows
-    transpiled = cloudpickle.dumps([e.transpiled for e in estimates])
-    return DeviceEstimate(
-        device, fidelity, duration, transpiled, len(estimates) * rows, time.perf_counter() - t0
-    )
+    else:
+        estimates = [numerical_estimate(c, backend, seed=seed) for c in circuits]
+        fidelity = sum(e.fidelity for e in estimates) / len(estimates)
+        duration = sum(e.duration_s for e in estimates) * rows
+        compiled = [e.transpiled for e in estimates]
+        return DeviceEstimate(
+            device,
+            fidelity,
+            duration,
+            cloudpickle.dumps(compiled),
+            len(estimates) * rows,
+            time.perf_counter() - t0,
+            job_run_seconds(compiled, backend, shots, rows, on_ibm, quantile),
+        )
+    return _estimate_compiled(device, compiled, backend, rows, t0, shots, on_ibm, quantile)
 
 
 def _estimate_compiled(
-    device: str, compiled: list[Any], backend: Any, rows: int, t0: float
+    device: str,
+    compiled: list[Any],
+    backend: Any,
+    rows: int,
+    t0: float,
+    shots: int,
+    on_ibm: bool,
+    quantile: float,
 ) -> DeviceEstimate:
     from kernel_server.estimator.numerical import fidelity_and_duration
 
@@ -130,7 +155,50 @@ def _estimate_compiled(
         cloudpickle.dumps(compiled),
         len(compiled) * rows,
         time.perf_counter() - t0,
+        job_run_seconds(compiled, backend, shots, rows, on_ibm, quantile),
     )
+
+
+def job_run_seconds(
+    compiled: list[Any], backend: Any, shots: int, rows: int, on_ibm: bool, quantile: float = 0.5
+) -> float | None:
+    """Seconds a job of these compiled circuits (``rows`` parameter sets each) will hold the
+    device, in the seconds its queue measures: on an IBM device the runtime model's QPU time
+    (its central value, or the upper end of its interval for a ``quantile`` above 0.5); on a
+    simulated one the noisy simulation's predicted time (the cost model of
+    ``backends.methods``, which has no interval). A plan's mitigation stack multiplies what the
+    job runs; this prices the circuits as given. None where no model can price them.
+    """
+    if on_ibm:
+        return _runtime_model_seconds(compiled, backend, shots, rows, quantile)
+    from kernel_server.backends.aer_sim import plan_noisy_run
+
+    seconds = 0.0
+    for circuit in compiled:
+        try:
+            plan = plan_noisy_run(circuit, shots, backend=backend)
+        except ValueError:  # what no method prices is left to the QPU's mean job
+            return None
+        seconds += plan.estimated_seconds[plan.method]
+    return seconds * rows
+
+
+def _runtime_model_seconds(
+    compiled: list[Any], backend: Any, shots: int, rows: int, quantile: float
+) -> float | None:
+    from kernel_server.estimator.features import circuit_features, runtime_frame
+    from kernel_server.estimator.runtime import RuntimeModel
+
+    model = RuntimeModel.load()
+    features = [
+        circuit_features(c, backend.target, shots=shots, num_circuits=rows) for c in compiled
+    ]
+    frame = runtime_frame([features])
+    if quantile > 0.5 and model.intervals is not None:
+        # A central interval of coverage 2q - 1 has the q-quantile as its upper end.
+        _, high = model.predict_interval(frame, coverage=2 * quantile - 1)
+        return float(high[0])
+    return float(model.predict(frame)[0])
 
 
 @dataclass

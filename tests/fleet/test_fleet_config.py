@@ -23,6 +23,7 @@ prices:
 cluster: tcp://127.0.0.1:8786
 scheduler:
   balance: 0.05
+  runtime_quantile: 0.9
 """
 
 
@@ -37,11 +38,12 @@ def test_a_fleet_file_with_every_section(tmp_path):
     assert spec.background is not None and spec.background.jobs_per_hour == 30
     assert spec.prices == {"qpu_dollars_per_hour": 6000}
     assert spec.cluster == "tcp://127.0.0.1:8786"
-    assert spec.balance == 0.05
+    assert spec.balance == 0.05 and spec.runtime_quantile == 0.9
     assert spec.names == ["fake_kolkata", "fake_prague", "fake_manila"]
 
 
 def test_short_forms_still_work():
+    assert load_fleet_spec("small").runtime_quantile == 0.5  # the central estimate
     assert load_fleet_spec("small").simulated == ("fake_kolkata", "fake_auckland", "fake_prague")
     assert load_fleet_spec("fake_kolkata, fake_hanoi").names == ["fake_kolkata", "fake_hanoi"]
 
@@ -60,6 +62,7 @@ def test_short_forms_still_work():
         ({"simulated": "small", "scheduler": {"balance": 1.5}}, "tolerance from 0 to below 1"),
         ({"simulated": "small", "scheduler": {"balance": "even"}}, "such as 0.05"),
         ({"simulated": "small", "scheduler": {"policy": "fcfs"}}, "unknown key policy"),
+        ({"simulated": "small", "scheduler": {"runtime_quantile": 0.3}}, "from 0.5 .* such as 0.9"),
     ],
 )
 def test_bad_fleet_files_say_what_is_wrong(data, message):

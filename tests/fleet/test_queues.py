@@ -98,3 +98,30 @@ def test_without_sessions_the_queue_is_first_in_first_out() -> None:
         assert [await queue.get() for _ in items] == items
 
     asyncio.run(scenario())
+
+
+def test_waits_add_up_the_queued_jobs_predictions_in_the_qpus_measured_seconds() -> None:
+    async def scenario() -> None:
+        qpu = SimulatedQPU(
+            "fake_a", DeviceInfo(name="fake_a", num_qubits=5, family="Falcon", calibration_id="c0")
+        )
+        qpu.ema_run_s = 5.0
+        short, long, unknown = queued("s"), queued("l"), queued("u")
+        short.predicted_s, long.predicted_s = 1.0, 10.0
+        for item in (short, long, unknown):
+            qpu.queue.put_nowait(item)
+        # Predicted jobs count their prediction, the one without its QPU's mean job.
+        assert qpu.expected_wait_s() == pytest.approx(1.0 + 10.0 + 5.0)
+        assert qpu.position_of("u") == (2, pytest.approx(11.0))
+        # This QPU runs jobs twice as long as predicted: predictions are read in its seconds.
+        qpu.record_run(4.0, predicted_s=2.0)
+        assert qpu.ema_ratio == pytest.approx(2.0) and qpu.job_seconds(3.0) == pytest.approx(6.0)
+        assert qpu.expected_wait_s() == pytest.approx(2.0 + 20.0 + qpu.ema_run_s)
+        # A run that stalled (or a prediction of ~0) moves the ratio by a bounded step.
+        qpu.record_run(1e6, predicted_s=1e-9)
+        assert qpu.ema_ratio == pytest.approx(0.7 * 2.0 + 0.3 * 100.0)
+        # Runs without a prediction leave the ratio alone.
+        qpu.record_run(1.0)
+        assert qpu.ema_ratio == pytest.approx(0.7 * 2.0 + 0.3 * 100.0)
+
+    asyncio.run(scenario())

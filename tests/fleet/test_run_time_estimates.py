@@ -1,0 +1,47 @@
+"""What a QPU job is predicted to hold a device for: the time the scheduler plans with."""
+
+from __future__ import annotations
+
+import cloudpickle
+import pytest
+from qiskit import QuantumCircuit
+
+from kernel_server.backends.aer_sim import plan_noisy_run
+from kernel_server.backends.devices import load_backend
+from kernel_server.estimator.features import circuit_features, runtime_frame
+from kernel_server.estimator.runtime import RuntimeModel
+from kernel_server.tasks import qpu
+from kernel_server.wire.circuits import dump_circuits
+
+
+def ghz(n: int) -> QuantumCircuit:
+    qc = QuantumCircuit(n)
+    qc.h(0)
+    for q in range(n - 1):
+        qc.cx(q, q + 1)
+    qc.measure_all()
+    return qc
+
+
+def test_a_simulated_device_prices_the_noisy_run_an_ibm_one_the_qpu_time() -> None:
+    backend = load_backend("fake_kolkata")
+    blob = dump_circuits([ghz(4)])
+    simulated = qpu.estimate_on_device(blob, "fake_kolkata", rows=3, shots=1000)
+    (transpiled,) = cloudpickle.loads(simulated.transpiled)
+    plan = plan_noisy_run(transpiled, 1000, backend=backend)
+    # Three parameter rows: the circuit runs three times.
+    assert simulated.run_s == pytest.approx(3 * plan.estimated_seconds[plan.method])
+
+    model = RuntimeModel.load()
+    frame = runtime_frame([[circuit_features(transpiled, backend.target, shots=1000)]])
+    central = qpu.estimate_on_device(blob, "fake_kolkata", shots=1000, on_ibm=True)
+    assert central.run_s == pytest.approx(float(model.predict(frame)[0]))
+    # A scheduler planning for 90% of jobs takes the upper end of the 80% interval.
+    cautious = qpu.estimate_on_device(blob, "fake_kolkata", shots=1000, on_ibm=True, quantile=0.9)
+    _, high = model.predict_interval(frame, coverage=0.8)
+    assert cautious.run_s == pytest.approx(float(high[0]))
+    assert central.run_s is not None and cautious.run_s > central.run_s
+    # More shots, a longer simulated run.
+    more = qpu.estimate_on_device(blob, "fake_kolkata", rows=3, shots=100_000)
+    assert more.run_s is not None and simulated.run_s is not None
+    assert more.run_s >= simulated.run_s
