@@ -38,8 +38,11 @@ class BranchingState(LazyState):
     per distinct history of outcomes, with the shots that history holds and its recorded bits."""
 
     def __init__(self, shots: int, program: LazyProgram, rng: np.random.Generator) -> None:
-        super().__init__(np.complex128)
-        self.tensor = np.ones((1,), dtype=np.complex128)
+        # Single precision once the branches are large (as the lazy engine): each operation is
+        # bound by memory traffic there, and sampling needs no more than 1e-7 in a probability.
+        dtype = np.complex64 if branching_entries(program, shots) > 4**10 else np.complex128
+        super().__init__(dtype)
+        self.tensor = np.ones((1,), dtype=dtype)
         self.labels = [_BRANCH]
         self.counts = np.array([shots], dtype=np.int64)
         self.bits: np.ndarray = np.zeros((1, program.num_clbits), dtype=np.uint8)
@@ -68,6 +71,7 @@ class BranchingState(LazyState):
                 continue
             # Conditioned on the outcome: that half of the state, renormalised to trace one.
             scale = 1.0 / np.maximum(weights[chosen, outcome], np.finfo(float).tiny)
+            scale = scale.astype(tensor.real.dtype)  # keep single precision single
             parts.append(tensor[chosen, outcome] * scale.reshape((-1,) + (1,) * (tensor.ndim - 2)))
             counts.append(drawn[chosen])
             recorded = self.bits[chosen]
