@@ -85,7 +85,7 @@ class JobManager:
         classical_slots: int = 2,
         quantum_step_slots: int = 4,
         placement: str = DEFAULT_PLACEMENT,
-        balance: float | None = None,
+        balance: float | str | None = None,
     ):
         self.store = store
         self.ex = executors

@@ -85,9 +85,10 @@ class FleetSpec:
     prices: dict[str, Any] = field(default_factory=dict)
     cluster: str | None = None
     limits: Limits = field(default_factory=Limits)
-    # Load balancing of the quantum scheduler (scheduler.balance; None: off): for a shared
-    # orchestrator whose users should spread over the fleet rather than all take the best QPU.
-    balance: float | None = None
+    # Load balancing of the quantum scheduler (scheduler.balance): a tolerance for every preset,
+    # "off" for none; None leaves it to each preset (OnlinePreset.balance: none of the three
+    # balances by default yet).
+    balance: float | str | None = None
     # The quantile of a job's predicted run time the scheduler plans with (scheduler.
     # runtime_quantile): 0.5 the runtime model's central value; above, the upper end of its
     # interval (IBM devices; simulated ones have a point estimate only).
@@ -224,15 +225,17 @@ def _limits(where: str, data: Any) -> Limits:
     return Limits(**kwargs)
 
 
-def _scheduler(where: str, data: Any) -> tuple[float | None, float]:
+def _scheduler(where: str, data: Any) -> tuple[float | str | None, float]:
     section = _section(where, data, _SCHEDULER)
     balance = section.get("balance")
-    if balance is not None and (
-        isinstance(balance, bool) or not isinstance(balance, (int, float)) or not 0 <= balance < 1
+    if balance is False or balance == "off":  # YAML reads a bare off as False
+        balance = "off"
+    elif balance is not None and (
+        isinstance(balance, bool) or not isinstance(balance, (int, float)) or not 0 < balance < 1
     ):
         raise FleetConfigError(
-            f"{where}.balance is a tolerance from 0 to below 1 such as 0.05 "
-            f"(each QPU within 5% of the even load), got {balance!r}"
+            f"{where}.balance is a tolerance above 0 and below 1 such as 0.1 (each QPU's load "
+            f"within about 10% of the even load), or off; got {balance!r}"
         )
     quantile = section.get("runtime_quantile", 0.5)
     if (

@@ -36,7 +36,7 @@ class OnlineDispatcher:
         self,
         fleet: Callable[[], Sequence[QPUView]],
         seed: int = 0,
-        balance: float | None = None,
+        balance: float | str | None = None,  # OnlineScheduler.balance
         estimating: Callable[[], int] | None = None,
         gather_s: float = GATHER_S,
         commit_ahead_s: float = COMMIT_AHEAD_S,

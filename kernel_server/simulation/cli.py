@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kernel_server.core.mcdm import PREFERENCES
+from kernel_server.scheduler.online import BALANCE_OFF
 from kernel_server.scheduler.policies import POLICIES
 
 if TYPE_CHECKING:
@@ -121,6 +122,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
             triggers=Triggers(queue_size=args.trigger_size, interval_s=args.trigger_interval),
             jct_model=args.jct_model,
             balance=args.balance,
+            online_balance=args.online_balance,
         )
         runs[key] = outcome
         results[key] = outcome.metrics()
@@ -136,6 +138,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         "background_load": args.background_load,
         "mitigated_share": args.mitigated_share,
         "balance": args.balance,
+        "online_balance": args.online_balance,
     }
     if args.out:
         out = Path(args.out)
@@ -204,6 +207,20 @@ def _balance(text: str) -> float | None:
         value = -1.0
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"a tolerance >= 0 such as 0.1, or 'off'; got {text!r}")
+    return value
+
+
+def _online_balance(text: str) -> float | str | None:
+    word = text.strip().lower()
+    if word == "preset":
+        return None
+    if word in ("off", "none"):
+        return BALANCE_OFF
+    value = _balance(text)
+    if not value:  # a tolerance of 0 would price any imbalance without bound
+        raise argparse.ArgumentTypeError(
+            f"a tolerance > 0 such as 0.1, 'off' or 'preset'; got {text!r}"
+        )
     return value
 
 
@@ -287,6 +304,15 @@ def _add_scheduler_options(p: argparse.ArgumentParser) -> None:
         help="qonductor balances QPU load over the last hour: every QPU ends a cycle within "
         f"this fraction of the even level, give or take a job (default {DEFAULT_BALANCE}); "
         "'off' leaves balance to the JCT objective",
+    )
+    p.add_argument(
+        "--online-balance",
+        type=_online_balance,
+        default=None,
+        metavar="TOLERANCE|off|preset",
+        help="online qonductor's load balance for every preset (fleet.yaml's scheduler.balance): "
+        "a tolerance such as 0.1, 'off', or 'preset' (default: each preset's own, "
+        "OnlinePreset.balance)",
     )
     p.add_argument(
         "--trigger-size", type=int, default=100, help="qonductor: a cycle when this many wait"

@@ -104,7 +104,7 @@ class CloudSimulation:
         jct_model: str = "fifo",
         balance: float | None = DEFAULT_BALANCE,
         gather_s: float = ONLINE_GATHER_S,
-        online_balance: float | None = None,
+        online_balance: float | str | None = None,  # OnlineScheduler.balance
     ) -> None:
         self.wall0 = time.perf_counter()
         self.workload, self.policy, self.preference, self.seed = workload, policy, preference, seed

@@ -44,6 +44,9 @@ def test_a_fleet_file_with_every_section(tmp_path):
 
 def test_short_forms_still_work():
     assert load_fleet_spec("small").runtime_quantile == 0.5  # the central estimate
+    assert load_fleet_spec("small").balance is None  # each preset's own
+    off = fleet_spec_from_dict({"simulated": "small", "scheduler": {"balance": False}})
+    assert off.balance == "off"  # YAML's bare off
     assert load_fleet_spec("small").simulated == ("fake_kolkata", "fake_auckland", "fake_prague")
     assert load_fleet_spec("fake_kolkata, fake_hanoi").names == ["fake_kolkata", "fake_hanoi"]
 
@@ -59,8 +62,9 @@ def test_short_forms_still_work():
         ({"simulated": "small", "prices": {"qpu": 1}}, "unknown price table keys"),
         ({"simulated": []}, "has no QPUs"),
         ({"simulated": ["fake_manila"], "ibm": {"backends": ["fake_manila"]}}, "twice"),
-        ({"simulated": "small", "scheduler": {"balance": 1.5}}, "tolerance from 0 to below 1"),
-        ({"simulated": "small", "scheduler": {"balance": "even"}}, "such as 0.05"),
+        ({"simulated": "small", "scheduler": {"balance": 1.5}}, "above 0 and below 1"),
+        ({"simulated": "small", "scheduler": {"balance": "even"}}, "such as 0.1 .* or off"),
+        ({"simulated": "small", "scheduler": {"balance": 0}}, "above 0 and below 1"),
         ({"simulated": "small", "scheduler": {"policy": "fcfs"}}, "unknown key policy"),
         ({"simulated": "small", "scheduler": {"runtime_quantile": 0.3}}, "from 0.5 .* such as 0.9"),
     ],

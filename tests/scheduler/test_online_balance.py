@@ -1,0 +1,70 @@
+"""The online scheduler's load balance: a price on each QPU's load, not a per-decision floor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from kernel_server.scheduler.online import (
+    BALANCE_MIN_LEVEL_S,
+    BALANCE_OFF,
+    BALANCE_PRICE,
+    OnlineScheduler,
+    load_price,
+)
+from kernel_server.simulation.cloud import simulate
+
+pytestmark = pytest.mark.unit
+
+
+@dataclass
+class View:
+    name: str
+    num_qubits: int
+    wait_s: float
+    recent_busy_s: float = 0.0
+    online: bool = True
+
+
+def test_the_price_charges_a_qpu_over_the_even_level_and_credits_one_under() -> None:
+    price = load_price(np.array([1100.0, 1000.0, 900.0]), tolerance=0.1)
+    # One tolerance (10%) over the level: BALANCE_PRICE; as much under: the same credit.
+    assert price == pytest.approx([BALANCE_PRICE, 0.0, -BALANCE_PRICE])
+    # A fleet that has barely worked: 2 s apart is not 100% apart.
+    small = load_price(np.array([2.0, 0.0]), tolerance=0.1)
+    assert small == pytest.approx([BALANCE_PRICE / (BALANCE_MIN_LEVEL_S * 0.1), -0.1 / 6.0])
+
+
+def test_a_small_gain_goes_where_the_load_is_low_a_large_one_pays_the_price() -> None:
+    # The better QPU has run 40% more than the other over the last hour.
+    fleet = [View("busy", 27, 0.0, recent_busy_s=1200.0), View("idle", 27, 0.0, 800.0)]
+    balanced = OnlineScheduler(preference="balanced", balance=0.1)
+    balanced.add("small-gain", 5, [0.92, 0.90], [3.0, 3.0], now=0.0)
+    balanced.add("large-gain", 5, [0.90, 0.50], [3.0, 3.0], now=0.0)
+    starts = dict(balanced.step(fleet, now=0.0))
+    assert starts == {"small-gain": 1, "large-gain": 0}
+    # Without balance both go to the better QPU.
+    free = OnlineScheduler(preference="balanced", balance=BALANCE_OFF)
+    free.add("small-gain", 5, [0.92, 0.90], [3.0, 3.0], now=0.0)
+    assert free.step(fleet, now=0.0) == [("small-gain", 0)]
+
+
+def test_the_fleet_files_balance_overrides_the_presets() -> None:
+    assert OnlineScheduler(preference="jct").tolerance() is None  # no preset balances yet
+    assert OnlineScheduler(preference="jct", balance=0.2).tolerance() == 0.2
+    assert OnlineScheduler(preference="fidelity", balance=BALANCE_OFF).tolerance() is None
+
+
+@pytest.mark.slow
+def test_balance_evens_the_hours_load_where_the_presets_would_not() -> None:
+    from kernel_server.simulation.cli import build_parser, workload_and_background
+
+    args = build_parser().parse_args(["--jobs-per-hour", "3000", "--qpus", "4", "--hours", "0.25"])
+    w, _ = workload_and_background(args)
+    free = simulate(w, "qonductor", "balanced", seed=1).metrics()
+    even = simulate(w, "qonductor", "balanced", seed=1, online_balance=0.1).metrics()
+    assert free["max_load_difference"] > 0.2  # 28% measured, 4% with balance
+    assert even["max_load_difference"] <= 0.16
+    assert even["completed"] == free["completed"] == w.num_jobs
