@@ -124,6 +124,10 @@ def simulate(argv: list[str]) -> dict:
 
 
 ONLINE = ("qonductor:jct", "qonductor", "qonductor:fidelity")
+# The sweep also runs the online presets with load balance on (qonductor simulate
+# --online-balance SWEEP_BALANCE), under these names.
+SWEEP_BALANCE = 0.1
+BALANCED_ONLINE = tuple(f"{name}+balance" for name in ONLINE)
 PAPER = ("qonductor-paper:jct", "qonductor-paper", "qonductor-paper:fidelity")
 BASELINES = (
     "fcfs", "least-busy", "round-robin", "earliest-completion", "fan", "greedy-tolerance",
@@ -197,7 +201,8 @@ def table(results: dict) -> str:
     )
     lines = [head, "-" * len(head)]
     lb = results["least-busy"]
-    for name in (*ONLINE, *PAPER, *BASELINES):
+    extra = tuple(name for name in BALANCED_ONLINE if name in results)
+    for name in (*ONLINE, *extra, *PAPER, *BASELINES):
         m = results[name]
         decision = (
             f"{m['median_decision_ms']:.2f}/{m['p95_decision_ms']:.1f} ms"
@@ -273,13 +278,24 @@ def rate_for(utilization: float, base: list[str], seed: int) -> float | None:
 
 
 def sweep_targets(results: dict, utilization: float) -> list[tuple[str, bool, str]]:
-    """Issue 33's targets in one setting of the sweep."""
+    """Issue 33's targets in one setting of the sweep (the presets as they are, and `balanced`
+    with load balance on)."""
     j, b, lb = results["qonductor:jct"], results["qonductor"], results["least-busy"]
+    even = results["qonductor+balance"]
     beaten_by = [o for o in BASELINES if dominates(results[o], j)]
+    even_beaten = [o for o in BASELINES if dominates(results[o], even)]
     out = [
         ("jct dominated by no baseline", not beaten_by, f"by {', '.join(beaten_by) or 'none'}"),
         ("balanced max load difference <= 16%", b["max_load_difference"] <= 0.16,
          f"{b['max_load_difference']:.1%}"),
+        (f"balanced with balance {SWEEP_BALANCE}: load difference <= 16% and its issue-15 "
+         "targets (<= 1.5x least-busy's JCT, >= +0.015 fidelity, dominated by no baseline)",
+         even["max_load_difference"] <= 0.16
+         and even["mean_jct_s"] <= 1.5 * lb["mean_jct_s"]
+         and even["mean_fidelity"] >= lb["mean_fidelity"] + 0.015 and not even_beaten,
+         f"{even['max_load_difference']:.1%}, {even['mean_jct_s'] / lb['mean_jct_s']:.2f}x JCT, "
+         f"{even['mean_fidelity'] - lb['mean_fidelity']:+.4f} fidelity, dominated by "
+         f"{', '.join(even_beaten) or 'none'}"),
     ]  # fmt: skip
     if utilization >= 0.8:
         out.append(
@@ -311,7 +327,12 @@ def sweep(seed: int, fleets: list[int], hours: float, with_trace: bool) -> None:
                     print(f"-- {title}: other users' load alone exceeds it; skipped --\n")
                     continue
                 argv = [*base, "--jobs-per-hour", f"{rate:.0f}", "--hours", str(hours)]
-                results = simulate([*argv, "--seed", str(seed), "--policies", policies])
+                argv += ["--seed", str(seed)]
+                results = simulate([*argv, "--policies", policies])
+                balanced = simulate(
+                    [*argv, "--policies", ",".join(ONLINE), "--online-balance", str(SWEEP_BALANCE)]
+                )
+                results.update({f"{k}+balance": balanced[k] for k in ONLINE})
                 print(f"-- {title}: {rate:.0f} jobs/h, {results['setup']['jobs']} jobs --")
                 print(table(results))
                 for target, ok, detail in sweep_targets(results, utilization):
