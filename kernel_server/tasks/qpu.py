@@ -99,7 +99,7 @@ def estimate_on_device(
     survive compilation.
     """
     from kernel_server.backends.devices import load_backend
-    from kernel_server.estimator.numerical import numerical_estimate
+    from kernel_server.estimator.numerical import fidelity_and_duration, numerical_estimate
     from kernel_server.wire.circuits import register_reducers
 
     register_reducers()  # the transpiled circuits travel back to the orchestrator
@@ -117,41 +117,17 @@ def estimate_on_device(
         layout = choose_layout(circuits[0], backend)
         compiled = [transpile_mitigated(c, backend, layout) for c in circuits]
     else:
+        compiled = []
+    if compiled:
+        measured = [fidelity_and_duration(c, backend.target) for c in compiled]
+    else:
         estimates = [numerical_estimate(c, backend, seed=seed) for c in circuits]
-        fidelity = sum(e.fidelity for e in estimates) / len(estimates)
-        duration = sum(e.duration_s for e in estimates) * rows
+        measured = [(e.fidelity, e.duration_s) for e in estimates]
         compiled = [e.transpiled for e in estimates]
-        return DeviceEstimate(
-            device,
-            fidelity,
-            duration,
-            cloudpickle.dumps(compiled),
-            len(estimates) * rows,
-            time.perf_counter() - t0,
-            job_run_seconds(compiled, backend, shots, rows, on_ibm, quantile),
-        )
-    return _estimate_compiled(device, compiled, backend, rows, t0, shots, on_ibm, quantile)
-
-
-def _estimate_compiled(
-    device: str,
-    compiled: list[Any],
-    backend: Any,
-    rows: int,
-    t0: float,
-    shots: int,
-    on_ibm: bool,
-    quantile: float,
-) -> DeviceEstimate:
-    from kernel_server.estimator.numerical import fidelity_and_duration
-
-    measured = [fidelity_and_duration(c, backend.target) for c in compiled]
-    fidelity = sum(f for f, _ in measured) / len(measured)
-    duration = sum(d for _, d in measured) * rows
     return DeviceEstimate(
         device,
-        fidelity,
-        duration,
+        sum(f for f, _ in measured) / len(measured),
+        sum(d for _, d in measured) * rows,
         cloudpickle.dumps(compiled),
         len(compiled) * rows,
         time.perf_counter() - t0,
