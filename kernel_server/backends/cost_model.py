@@ -17,12 +17,14 @@ machine (2-core x86, no measuring: quicker start, less accurate).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from functools import partial
 from pathlib import Path
@@ -134,12 +136,45 @@ def _load_or_measure() -> MachineRates:
         return _BUILTIN
     path = Path(configured).expanduser() if configured else _cache_path()
     mark = fingerprint()
+
+    def usable(stored: MachineRates | None) -> bool:
+        return stored is not None and (bool(configured) or stored.fingerprint == mark)
+
     stored = _read(path)
-    if stored is not None and (configured or stored.fingerprint == mark):
+    if usable(stored):
+        assert stored is not None
         return stored
-    rates = calibrate()
-    _write(path, rates)
-    return rates
+    # One process measures; the others (a new machine's first jobs, estimated on every device
+    # at once) wait for its file rather than measure side by side on the same cores.
+    with _measuring_lock(path):
+        stored = _read(path)
+        if usable(stored):
+            assert stored is not None
+            return stored
+        rates = calibrate()
+        _write(path, rates)
+        return rates
+
+
+@contextlib.contextmanager
+def _measuring_lock(path: Path) -> Iterator[None]:
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: measure unlocked
+        yield
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path.with_suffix(".lock"), "a")  # noqa: SIM115 - held across the yield
+    except OSError:  # a read-only home: measure unlocked, as _write then keeps nothing
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _read(path: Path) -> MachineRates | None:

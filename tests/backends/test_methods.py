@@ -268,3 +268,30 @@ def test_rates_are_measured_once_and_kept_per_machine(tmp_path, monkeypatch) -> 
     monkeypatch.setenv(cost_model.COST_MODEL_ENV, "builtin")
     monkeypatch.setattr(cost_model, "_rates", None)
     assert not cost_model.machine_rates().measured
+
+
+def test_processes_that_need_the_rates_at_once_measure_them_once(tmp_path, monkeypatch) -> None:
+    import threading
+    import time
+
+    calls = []
+
+    def calibrate():
+        calls.append(1)
+        time.sleep(0.2)  # long enough for the others to find no file yet
+        return cost_model._BUILTIN
+
+    monkeypatch.setattr(cost_model, "calibrate", calibrate)
+    monkeypatch.setenv(cost_model.COST_MODEL_ENV, str(tmp_path / "rates.json"))
+    # Threads lock the file as processes do (each opens its own lock file description).
+    found = []
+    threads = [
+        threading.Thread(target=lambda: found.append(cost_model._load_or_measure()))
+        for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1 and len(found) == 3
+    assert {rates.fingerprint for rates in found} == {"builtin"}
