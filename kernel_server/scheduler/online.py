@@ -34,15 +34,15 @@ bound ``aging_bound_s``). The presets keep arrival order: on the busy clouds of
 JCT at 80-90% utilization and raised it saturated (53 s -> 60 s at aging 0.5, 75 s at 0.1).
 
 Balance the operator's way (``OnlinePreset.balance``, none by default, or the fleet file's
-``scheduler.balance`` for every preset): each decision sees a QPU's fidelity less a price on its load over the last hour
-(``load_price``): a QPU ``tolerance`` above the fleet's even level costs its jobs
-``BALANCE_PRICE`` of fidelity in the choice, one as far below gains as much. A job whose gain on
-a busy QPU outweighs the price still goes there; the others spread. The price moves only the
-choice: JCT and reported fidelity are the jobs' own. A hard cap and floor per decision (what the
-paper mode's cycles keep) made the online scheduler least-busy: with one or two jobs a decision,
-the floor sent every job to the least loaded QPU (at 3423 jobs/h on 8 QPUs, `balanced` fell to
-least-busy's fidelity, 0.786 against 0.814 unbalanced); the price kept 0.807 at a 7.5% load
-difference, and a lower mean JCT than without balance (3.98 s against 4.48 s).
+``scheduler.balance`` for every preset): each decision sees a QPU's fidelity less a price on its
+load over the last hour (``load_price``): a QPU ``tolerance`` above the fleet's even level costs
+its jobs ``BALANCE_PRICE`` of fidelity in the choice, one as far below gains as much. A job whose
+gain on a busy QPU outweighs the price still goes there; the others spread. The price moves only
+the choice: JCT and reported fidelity are the jobs' own. A hard cap and floor per decision (what
+the paper mode's cycles keep) made the online scheduler least-busy: with one or two jobs a
+decision, the floor sent every job to the least loaded QPU (at 3423 jobs/h on 8 QPUs, `balanced`
+fell to least-busy's fidelity, 0.786 against 0.814 unbalanced); the price kept 0.807 at a 7.1%
+load difference, and a lower mean JCT than without balance (4.02 s against 4.48 s).
 
 No starvation either way: a job that has been moved ``max_moves`` times (or waited
 ``pin_after_s``) is pinned: bound to its planned QPU's queue at once, behind whatever is there, so
