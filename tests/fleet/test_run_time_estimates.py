@@ -45,3 +45,16 @@ def test_a_simulated_device_prices_the_noisy_run_an_ibm_one_the_qpu_time() -> No
     more = qpu.estimate_on_device(blob, "fake_kolkata", rows=3, shots=100_000)
     assert more.run_s is not None and simulated.run_s is not None
     assert more.run_s >= simulated.run_s
+
+
+def test_a_parameter_sweep_is_priced_with_its_rows_bound_where_it_runs() -> None:
+    from qiskit.circuit import Parameter
+
+    theta = Parameter("theta")
+    circuit = QuantumCircuit(2)
+    circuit.ry(theta, 0)
+    circuit.cx(0, 1)
+    circuit.measure_all()
+    estimate = qpu.estimate_on_device(dump_circuits([circuit]), "fake_kolkata", rows=4)
+    assert estimate.run_s is not None and estimate.run_s > 0
+    assert estimate.num_circuits == 4
