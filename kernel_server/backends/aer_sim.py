@@ -165,15 +165,17 @@ def plan_noisy_run(
     shots: int,
     method: str = "auto",
     backend: BackendV2 | None = None,
+    probe: bool = True,
 ) -> NoisyRunPlan:
     """The method :func:`run_noisy` would use for ``transpiled``, with the cost estimates.
 
     Without ``backend`` the stabilizer method is not considered (its exactness depends on the
-    device's T1/T2).
+    device's T1/T2). ``probe=False``: no MPS probe run (see ``plan_methods``).
     """
     compact = compact_circuit(transpiled)
     noise = None if backend is None else compact_noise(backend, compact.physical_qubits)
-    return plan_methods(compact.circuit, noise, compact.physical_qubits, shots, method)[0]
+    physical = compact.physical_qubits
+    return plan_methods(compact.circuit, noise, physical, shots, method, probe)[0]
 
 
 def _aer_simulator(noise: CompactNoise, method: str, kraus: bool = False) -> AerSimulator:

@@ -189,6 +189,7 @@ def _reuse_estimates(
     shots: int,
     rates: MachineRates,
     trajectories: int,
+    probe_allowed: bool = True,
 ) -> tuple[dict[str, float], int]:
     """Statevector and MPS reuse at the fewest trajectories they could need (a lower bound for
     concentrated outputs, which make them fall back to one trajectory per shot); also the MPS
@@ -210,7 +211,7 @@ def _reuse_estimates(
         guard_settings().memory_bytes
     )
     dear = over_memory or estimates.get("statevector_reuse", float("inf")) > PROBE_WORTH_S
-    if bond > PROBE_CAP and circuit.num_qubits >= PROBE_MIN_QUBITS and dear:
+    if probe_allowed and bond > PROBE_CAP and circuit.num_qubits >= PROBE_MIN_QUBITS and dear:
         probe = measured_bond(circuit)
         if probe.bond is not None:  # noisy trajectories priced at twice what the gates reach
             bond = min(bond, 2 * probe.bond)
@@ -259,10 +260,13 @@ def plan_methods(
     physical_qubits: tuple[int, ...],
     shots: int,
     method: str,
+    probe: bool = True,
 ) -> tuple[NoisyRunPlan, LazyProgram | str]:
     """Price every method that can run the compact ``circuit`` and pick one.
 
     ``noise`` is needed only to tell whether the stabilizer method is exact (None: not offered).
+    ``probe=False`` prices MPS by its bond bound alone (no ideal probe run, which can take
+    seconds): for estimates, which the run's own plan refines.
     Raises ``ValueError`` for an unknown method or one that cannot run the circuit.
     """
     if method not in METHODS:
@@ -285,7 +289,7 @@ def plan_methods(
         if _non_clifford(circuit) is None:
             support = clifford_support_bits(circuit, sorted(program.measured))
         trajectories = reuse_trajectories(program, shots, support)
-        reuse, bond = _reuse_estimates(program, circuit, shots, rates, trajectories)
+        reuse, bond = _reuse_estimates(program, circuit, shots, rates, trajectories, probe)
         estimates.update(reuse)
     if noise is not None and stabilizer_exact(circuit, noise) is None:
         gates, _ = gate_count(costliest_path(circuit))

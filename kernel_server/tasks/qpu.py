@@ -156,7 +156,8 @@ def job_run_seconds(
             # angles (a generic one keeps a Clifford test from taking them for Clifford).
             circuit = circuit.assign_parameters([_PRICING_ANGLE] * circuit.num_parameters)
         try:
-            plan = plan_noisy_run(circuit, shots, backend=backend)
+            # No MPS probe: an estimate on every device must not run seconds of simulation.
+            plan = plan_noisy_run(circuit, shots, backend=backend, probe=False)
         except (ValueError, TypeError):  # what no method prices is left to the QPU's mean job
             return None
         seconds += plan.estimated_seconds[plan.method]

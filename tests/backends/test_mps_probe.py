@@ -4,6 +4,7 @@ and the method chooser prices MPS trajectories by it."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from qiskit import QuantumCircuit
 
 from kernel_server.backends import methods, mps_probe
@@ -62,6 +63,10 @@ def test_the_chooser_prices_mps_by_the_measured_bond(monkeypatch):
     assert after.estimated_memory["mps_reuse"] == 64.0 * 12 * 4**2 * 16
     if "mps_reuse" in before.estimated_memory:
         assert before.estimated_memory["mps_reuse"] > after.estimated_memory["mps_reuse"]
+    # An estimate that may not spend a probe prices the bound, as before.
+    monkeypatch.setattr(methods, "measured_bond", lambda circuit: pytest.fail("probed"))
+    unprobed, _ = methods.plan_methods(qc, noise, qubits, 4000, "auto", probe=False)
+    assert unprobed.estimated_memory["mps_reuse"] > after.estimated_memory["mps_reuse"]
 
 
 def test_each_probe_reads_only_its_own_run():
