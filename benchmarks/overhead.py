@@ -283,7 +283,7 @@ def events_breakdown(db: Path, workflow_id: str, sent: float, replied: float) ->
 def last_workflow() -> str:
     from qonductor_jupyter import api
 
-    return api.list_workflows(limit=1)[0]["id"]
+    return api.list_workflows(limit=1)[0].id
 
 
 def pct(values: list[float], q: float) -> float:
