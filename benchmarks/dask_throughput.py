@@ -47,7 +47,7 @@ def run_side(label: str, jobs: int, cell: str, cluster: str | None) -> dict[str,
         states = [api.wait(i, 1800).state for i in ids]
         wall = time.perf_counter() - t0
         workers = {
-            j["worker"] for i in ids[:20] for s in api.workflow_info(i).steps for j in s["qpu_jobs"]
+            j.worker for i in ids[:20] for s in api.workflow_info(i).steps for j in s.qpu_jobs
         }
     finally:
         client_module.stop_server()

@@ -104,7 +104,7 @@ def chsh(device: Any, qj: Any, aer_estimator: Any, simulator: Any, repeats: int)
         lambda: measured.run([pub], precision=PRECISION).result()[0], max(1, repeats // 2)
     )
     info = qj.workflow_info(jobs[-1].job_id())
-    qpu_jobs = [j for s in info.steps for j in s["qpu_jobs"]]
+    qpu_jobs = [j for s in info.steps for j in s.qpu_jobs]
     print(f"(a) CHSH sweep on {device.name}: 1 PUB, 21 parameter sets x 2 observables (4 terms)")
     print(
         f"    time per run     ours {t_ours:7.3f} s   Aer EstimatorV2 {t_aer:7.3f} s   "
@@ -112,7 +112,7 @@ def chsh(device: Any, qj: Any, aer_estimator: Any, simulator: Any, repeats: int)
         f"simulator {t_measured:.3f} s]"
     )
     print(
-        f"    QPU jobs         ours {len(qpu_jobs)} (target 1), {qpu_jobs[0]['num_circuits']} "
+        f"    QPU jobs         ours {len(qpu_jobs)} (target 1), {qpu_jobs[0].num_circuits} "
         f"circuits in it ({len(mine.data.evs.ravel())} evs from 4 bases x 21 rows)"
     )
     for label, other in (("Aer EstimatorV2", theirs), ("BackendEstimatorV2", by_shots)):
