@@ -33,16 +33,19 @@ bound ``aging_bound_s``). The presets keep arrival order: on the busy clouds of
 ``benchmarks/scheduler_order.py`` shortest-first with aging did not lower the `jct` preset's mean
 JCT at 80-90% utilization and raised it saturated (53 s -> 60 s at aging 0.5, 75 s at 0.1).
 
-Balance the operator's way (``OnlinePreset.balance``, none by default, or the fleet file's
-``scheduler.balance`` for every preset): each decision sees a QPU's fidelity less a price on its
-load over the last hour (``load_price``): a QPU ``tolerance`` above the fleet's even level costs
-its jobs ``BALANCE_PRICE`` of fidelity in the choice, one as far below gains as much. A job whose
-gain on a busy QPU outweighs the price still goes there; the others spread. The price moves only
-the choice: JCT and reported fidelity are the jobs' own. A hard cap and floor per decision (what
-the paper mode's cycles keep) made the online scheduler least-busy: with one or two jobs a
-decision, the floor sent every job to the least loaded QPU (at 3423 jobs/h on 8 QPUs, `balanced`
-fell to least-busy's fidelity, 0.786 against 0.814 unbalanced); the price kept 0.807 at a 7.1%
-load difference, and a lower mean JCT than without balance (4.02 s against 4.48 s).
+Balance the operator's way (``OnlinePreset.balance``: `jct` and `balanced` keep 0.1 by
+default, or the fleet file's ``scheduler.balance`` for every preset): each decision sees a job's
+fidelity on a QPU less a price for the load it would add there: ``load_price`` per second of the
+job's run on that QPU, in units of the typical job's run (a running mean of the jobs seen). A QPU
+``tolerance`` above the fleet's even level over the last hour costs a typical job
+``BALANCE_PRICE`` of fidelity, one as far below credits as much. Jobs that gain much on a busy QPU
+still go there; the others spread; long jobs pay for the load they are. The price moves only the
+choice: JCT and reported fidelity are the jobs' own. A hard cap and floor per decision (what the
+paper mode's cycles keep) made the online scheduler least-busy: with one or two jobs a decision,
+the floor sent every job to the least loaded QPU (at 3423 jobs/h on 8 QPUs, `balanced` fell to
+least-busy's fidelity, 0.786 against 0.814 unbalanced). A price per job rather than per second
+kept 0.807 at a 7.1% load difference; per second of run, 0.815 at 8.8% and a lower mean JCT than
+without balance (4.23 s against 4.48).
 
 No starvation either way: a job that has been moved ``max_moves`` times (or waited
 ``pin_after_s``) is pinned: bound to its planned QPU's queue at once, behind whatever is there, so
@@ -102,19 +105,16 @@ class OnlinePreset:
 # every setting tried (a decision's pending set is biased to the long jobs that still wait).
 # Inside the region the weights lean to fidelity: the region already bounds the waiting.
 ONLINE_PRESETS: dict[str, OnlinePreset] = {
-    "jct": OnlinePreset(margin_s=1.0, weights=(0.1, 0.9)),
-    "balanced": OnlinePreset(margin_s=3.0, weights=(0.1, 0.9)),
+    "jct": OnlinePreset(margin_s=1.0, weights=(0.1, 0.9), balance=0.1),
+    "balanced": OnlinePreset(margin_s=3.0, weights=(0.1, 0.9), balance=0.1),
+    # Asked for the best fidelity: balanced only where the fleet file says so.
     "fidelity": OnlinePreset(margin_s=10.0, weights=(0.05, 0.95)),
 }
-# No preset balances by default yet. With tolerance 0.1 (half an hour on 8 QPUs, seed 1) the
-# `jct` and `balanced` presets keep a load difference of 5-8% at 20-95% utilization, and at
-# 50-95% lose nothing of their targets (balanced: +0.021 to +0.027 fidelity over least-busy, a
-# lower mean JCT than unbalanced); but at 20% (1458 jobs/h) balance costs fidelity that idle
-# QPUs cost nothing in time: `balanced` +0.006 over least-busy (target +0.015; 0.820 -> 0.802),
-# `jct` 0.001 under least-busy's. A balance that holds by default needs that gap closed first.
-# Fidelity a QPU one tolerance above the even load costs its jobs in a decision (measured at
-# tolerance 0.1: price 0.1 gave 5-8% load difference; 0.05, 12-16%; 0.03, 16-22%).
-BALANCE_PRICE = 0.1
+# Fidelity a QPU one tolerance above the even load costs a typical job (per second of run in
+# units of the typical job's). Measured at tolerance 0.1, half an hour on 8 QPUs, seed 1: 0.05
+# kept `balanced` at 7-9% load difference with +0.015 to +0.033 fidelity over least-busy at
+# 1458-6370 jobs/h; 0.1, 4.5% with less fidelity; 0.03, 15%.
+BALANCE_PRICE = 0.05
 # The fleet file's word for "no balance, whatever the preset".
 BALANCE_OFF = "off"
 
@@ -125,9 +125,9 @@ BALANCE_MIN_LEVEL_S = 60.0
 
 
 def load_price(load: np.ndarray, tolerance: float) -> np.ndarray:
-    """(Q,) fidelity each QPU's jobs are charged for its load (seconds of work over the last hour
-    and in its queue) against the even level: ``BALANCE_PRICE`` per ``tolerance`` of relative
-    excess, a credit as much below it."""
+    """(Q,) fidelity a typical job is charged on each QPU for its load (seconds of work over the
+    last hour and in its queue) against the even level: ``BALANCE_PRICE`` per ``tolerance`` of
+    relative excess, a credit as much below it."""
     level = float(np.mean(load))
     scale = max(level, BALANCE_MIN_LEVEL_S) * max(tolerance, 1e-3)
     return BALANCE_PRICE * (np.asarray(load, dtype=float) - level) / scale
@@ -268,6 +268,8 @@ class OnlineScheduler:
     seed: int = 0
     nsga_interval_s: float = NSGA_INTERVAL_S
     _searched_at: float = -np.inf
+    # Running mean of the jobs' fastest run time: the unit the balance price is charged in.
+    _typical_run_s: float | None = None
 
     def add(
         self,
@@ -277,9 +279,15 @@ class OnlineScheduler:
         runtime: Sequence[float] | np.ndarray,
         now: float,
     ) -> None:
-        self.pending[job_id] = PendingJob(
+        job = PendingJob(
             job_id, int(num_qubits), np.asarray(fidelity, float), np.asarray(runtime, float), now
         )
+        self.pending[job_id] = job
+        usable = job.runtime[job.runtime < UNUSABLE_RUNTIME_S]
+        if len(usable):
+            fastest = float(usable.min())
+            previous = self._typical_run_s
+            self._typical_run_s = fastest if previous is None else 0.98 * previous + 0.02 * fastest
 
     def tolerance(self) -> float | None:
         """The load-balance tolerance decisions keep (None: no balance)."""
@@ -321,8 +329,10 @@ class OnlineScheduler:
         fidelity = np.stack([j.fidelity[columns] for j in jobs])
         load = np.asarray([getattr(qpus[c], "recent_busy_s", 0.0) for c in columns]) + wait
         tolerance = self.tolerance()
-        if tolerance is not None:  # the decision sees fidelity less the load's price
-            fidelity = fidelity - load_price(load, tolerance)[None, :]
+        if tolerance is not None:  # the decision sees fidelity less the load it adds, priced
+            typical = max(self._typical_run_s or 1.0, 1e-3)
+            seconds = np.where(runtime < UNUSABLE_RUNTIME_S, runtime, 0.0) / typical
+            fidelity = fidelity - load_price(load, tolerance)[None, :] * seconds
         problem = SchedulingProblem(
             wait=wait,
             qpu_qubits=widths[columns],

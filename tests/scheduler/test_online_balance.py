@@ -34,7 +34,8 @@ def test_the_price_charges_a_qpu_over_the_even_level_and_credits_one_under() -> 
     assert price == pytest.approx([BALANCE_PRICE, 0.0, -BALANCE_PRICE])
     # A fleet that has barely worked: 2 s apart is not 100% apart.
     small = load_price(np.array([2.0, 0.0]), tolerance=0.1)
-    assert small == pytest.approx([BALANCE_PRICE / (BALANCE_MIN_LEVEL_S * 0.1), -0.1 / 6.0])
+    unit = BALANCE_PRICE / (BALANCE_MIN_LEVEL_S * 0.1)  # 1 s from a level of 1 s, read as of 60
+    assert small == pytest.approx([unit, -unit])
 
 
 def test_a_small_gain_goes_where_the_load_is_low_a_large_one_pays_the_price() -> None:
@@ -51,20 +52,35 @@ def test_a_small_gain_goes_where_the_load_is_low_a_large_one_pays_the_price() ->
     assert free.step(fleet, now=0.0) == [("small-gain", 0)]
 
 
+def test_long_jobs_pay_for_the_load_they_are() -> None:
+    # Same fidelity gap, one job 5x as long as the typical one: it goes where the load is low.
+    fleet = [View("busy", 27, 0.0, recent_busy_s=1200.0), View("idle", 27, 0.0, 800.0)]
+    s = OnlineScheduler(preference="balanced", balance=0.1)
+    for k in range(20):  # the typical job: 3 s
+        s.add(f"typical{k}", 5, [0.9, 0.9], [3.0, 3.0], now=0.0)
+    s.pending.clear()
+    s.add("short", 5, [0.95, 0.80], [3.0, 3.0], now=0.0)
+    s.add("long", 5, [0.95, 0.80], [15.0, 15.0], now=0.0)
+    assert dict(s.step(fleet, now=0.0)) == {"short": 0, "long": 1}
+
+
 def test_the_fleet_files_balance_overrides_the_presets() -> None:
-    assert OnlineScheduler(preference="jct").tolerance() is None  # no preset balances yet
-    assert OnlineScheduler(preference="jct", balance=0.2).tolerance() == 0.2
-    assert OnlineScheduler(preference="fidelity", balance=BALANCE_OFF).tolerance() is None
+    # jct and balanced keep 0.1 by default; fidelity none.
+    assert OnlineScheduler(preference="jct").tolerance() == 0.1
+    assert OnlineScheduler(preference="balanced").tolerance() == 0.1
+    assert OnlineScheduler(preference="fidelity").tolerance() is None
+    assert OnlineScheduler(preference="fidelity", balance=0.2).tolerance() == 0.2
+    assert OnlineScheduler(preference="jct", balance=BALANCE_OFF).tolerance() is None
 
 
 @pytest.mark.slow
-def test_balance_evens_the_hours_load_where_the_presets_would_not() -> None:
+def test_the_balanced_preset_evens_the_hours_load_by_default() -> None:
     from kernel_server.simulation.cli import build_parser, workload_and_background
 
     args = build_parser().parse_args(["--jobs-per-hour", "3000", "--qpus", "4", "--hours", "0.25"])
     w, _ = workload_and_background(args)
-    free = simulate(w, "qonductor", "balanced", seed=1).metrics()
-    even = simulate(w, "qonductor", "balanced", seed=1, online_balance=0.1).metrics()
+    free = simulate(w, "qonductor", "balanced", seed=1, online_balance=BALANCE_OFF).metrics()
+    even = simulate(w, "qonductor", "balanced", seed=1).metrics()
     assert free["max_load_difference"] > 0.2  # 28% measured, 4% with balance
     assert even["max_load_difference"] <= 0.16
     assert even["completed"] == free["completed"] == w.num_jobs
