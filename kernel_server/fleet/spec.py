@@ -87,7 +87,7 @@ class FleetSpec:
     limits: Limits = field(default_factory=Limits)
     # Load balancing of the quantum scheduler (scheduler.balance): a tolerance for every preset,
     # "off" for none; None leaves it to each preset (OnlinePreset.balance: jct and balanced keep
-    # 0.1, fidelity none).
+    # 0.1, fidelity 0.3).
     balance: float | str | None = None
     # The quantile of a job's predicted run time the scheduler plans with (scheduler.
     # runtime_quantile): 0.5 the runtime model's central value; above, the upper end of its

@@ -65,10 +65,10 @@ def test_long_jobs_pay_for_the_load_they_are() -> None:
 
 
 def test_the_fleet_files_balance_overrides_the_presets() -> None:
-    # jct and balanced keep 0.1 by default; fidelity none.
+    # jct and balanced keep 0.1 by default; fidelity a looser 0.3.
     assert OnlineScheduler(preference="jct").tolerance() == 0.1
     assert OnlineScheduler(preference="balanced").tolerance() == 0.1
-    assert OnlineScheduler(preference="fidelity").tolerance() is None
+    assert OnlineScheduler(preference="fidelity").tolerance() == 0.3
     assert OnlineScheduler(preference="fidelity", balance=0.2).tolerance() == 0.2
     assert OnlineScheduler(preference="jct", balance=BALANCE_OFF).tolerance() is None
 
