@@ -248,14 +248,17 @@ def test_a_balancing_dispatcher_spreads_a_shared_fleet() -> None:
     ]
     estimates = {"best": (0.95, 5.0), "other": (0.85, 5.0)}
 
-    async def scenario(balance: float | None) -> list[str]:
+    async def scenario(balance: float | str | None) -> list[str]:
         dispatcher = OnlineDispatcher(lambda: fleet, balance=balance)
         return await asyncio.gather(
             *[dispatcher.place(f"j{i}", 3, estimates, "fidelity") for i in range(4)]
         )
 
-    assert asyncio.run(scenario(None)) == ["best"] * 4  # one user's jobs: where they run best
-    assert asyncio.run(scenario(0.05)) == ["other"] * 4  # shared: the idle QPU catches up
+    # Balance off (fleet.yaml scheduler.balance: off): the jobs go where they run best.
+    assert asyncio.run(scenario("off")) == ["best"] * 4
+    # The fidelity preset's own balance (0.3), or the fleet file's: the idle QPU catches up.
+    assert asyncio.run(scenario(None)) == ["other"] * 4
+    assert asyncio.run(scenario(0.05)) == ["other"] * 4
 
 
 # --------------------------------------------------------------------------------------------
