@@ -75,3 +75,15 @@ def three_qpu_workload(
         quantum_s=base * spread * np.ones((1, 3)),
         classical_s=np.zeros(n),
     )
+
+
+def ghz(n: int):
+    """An n-qubit GHZ circuit, measured."""
+    from qiskit import QuantumCircuit
+
+    qc = QuantumCircuit(n)
+    qc.h(0)
+    for q in range(n - 1):
+        qc.cx(q, q + 1)
+    qc.measure_all()
+    return qc

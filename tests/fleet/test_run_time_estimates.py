@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import cloudpickle
 import pytest
+from helpers import ghz
 from qiskit import QuantumCircuit
 
 from kernel_server.backends.aer_sim import plan_noisy_run
@@ -12,15 +13,6 @@ from kernel_server.estimator.features import circuit_features, runtime_frame
 from kernel_server.estimator.runtime import RuntimeModel
 from kernel_server.tasks import qpu
 from kernel_server.wire.circuits import dump_circuits
-
-
-def ghz(n: int) -> QuantumCircuit:
-    qc = QuantumCircuit(n)
-    qc.h(0)
-    for q in range(n - 1):
-        qc.cx(q, q + 1)
-    qc.measure_all()
-    return qc
 
 
 def test_a_simulated_device_prices_the_noisy_run_an_ibm_one_the_qpu_time() -> None:
