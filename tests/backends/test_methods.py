@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers import ghz
 from qiskit import QuantumCircuit
 from qiskit.circuit.random import random_circuit
 from qiskit.providers import QubitProperties
@@ -43,15 +44,6 @@ def pauli_relaxing(kolkata):
         for p in backend.target.qubit_properties
     ]
     return backend
-
-
-def ghz(n: int) -> QuantumCircuit:
-    qc = QuantumCircuit(n)
-    qc.h(0)
-    for q in range(n - 1):
-        qc.cx(q, q + 1)
-    qc.measure_all()
-    return qc
 
 
 def qaoa_ring(n: int) -> QuantumCircuit:
