@@ -156,13 +156,11 @@ class Budget:
         """The method has finished ``done`` (0 to 1) of its work."""
         self.done = min(max(float(done), 0.0), 1.0)
 
-    def learn(self, trajectories: int, drawn: int) -> None:
-        """A trajectory-reuse run's pilot (``drawn`` trajectories, all of the time so far) measured
-        that the circuit needs ``trajectories``: its pace so far prices the whole run."""
+    def learn(self, trajectories: int, remaining_s: float) -> None:
+        """A trajectory-reuse run's pilot measured that the circuit needs ``trajectories``,
+        which at its pace leaves ``remaining_s`` seconds to run: that prices the whole run."""
         self.trajectories = int(trajectories)
-        # Half the pilot's pace: a pilot of few trajectories is up to half Aer's per-call
-        # hand-over of the noise model (0.15-0.3 s), which the later, larger calls amortise.
-        self.learned_s = 0.5 * self.elapsed() * trajectories / max(drawn, 1)
+        self.learned_s = self.elapsed() + max(float(remaining_s), 0.0)
 
     def projected(self) -> float:
         """Seconds the whole run will take at the pace so far (inf before any progress)."""

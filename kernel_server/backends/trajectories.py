@@ -25,6 +25,7 @@ exactly: to the mean distribution (statevector) or as bit flips on the drawn str
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -40,7 +41,8 @@ from qiskit_aer.noise.passes import RelaxationNoisePass
 from threadpoolctl import threadpool_limits
 
 from kernel_server.backends.lazy_dm import LazyProgram, sample_counts
-from kernel_server.backends.noise import CompactNoise
+from kernel_server.backends.noise import NOISY_FUSION, CompactNoise
+from kernel_server.backends.stratified import run_stratified, stratified_supported
 
 __all__ = [
     "EXTRA_VARIANCE",
@@ -130,8 +132,8 @@ class _Reuse:
     rng: np.random.Generator
     seeds: tuple[int | None, int | None]  # the pilot's and the rest's simulator seeds
     check: Callable[[float], None]  # given the share done; raises when over the budget
-    # Told (needed, drawn) after the pilot: the trajectories the circuit needs, those drawn so far.
-    learned: Callable[[int, int], None]
+    # Told after the pilot: the trajectories the circuit needs and the seconds left to run.
+    learned: Callable[[int, float], None]
 
 
 def run_trajectories(
@@ -143,7 +145,7 @@ def run_trajectories(
     simulator: AerSimulator,
     bound: float = EXTRA_VARIANCE,
     check: Callable[[float], None] | None = None,
-    learned: Callable[[int, int], None] | None = None,
+    learned: Callable[[int, float], None] | None = None,
 ) -> TrajectoryRun:
     """Sample ``shots`` outcomes from as few noisy trajectories as the variance bound allows.
 
@@ -151,8 +153,12 @@ def run_trajectories(
     matching Aer method with the compact noise model (its readout errors are not used: the body
     has no measurements, readout is applied here). ``check(done)`` is called between batches of
     trajectories with the share of the work done (a run's budget: it raises to stop the run);
-    ``learned(n, drawn)`` once the pilot (``drawn`` trajectories) has shown that the circuit
-    needs ``n``.
+    ``learned(n, seconds)`` once the pilot has shown that the circuit needs ``n`` trajectories,
+    ``seconds`` more at its pace. Statevector reuse draws the noise itself where it can
+    (:mod:`kernel_server.backends.stratified`); where that pilot projects more than a few
+    seconds, a pilot under Aer's noise model measures that path too, and the faster one goes
+    on: small circuits that need many trajectories, where building each trajectory's circuit
+    in Python costs more than Aer's evolution of it, run faster under Aer's noise model.
     """
     pilot_seed, rest_seed, rng = _seeds(seed)
     run = _Reuse(
@@ -165,7 +171,7 @@ def run_trajectories(
         rng,
         (pilot_seed, rest_seed),
         check or (lambda done: None),
-        learned or (lambda needed, drawn: None),
+        learned or (lambda needed, seconds: None),
     )
     if method == "statevector_reuse":
         return _statevector_reuse(run)
@@ -182,12 +188,54 @@ _BATCH_ENTRIES = 2**25
 _BATCH_S = 3.0
 
 
+@functools.cache
+def _ideal_simulator(device: str) -> AerSimulator:
+    # Trajectories run as many circuits at once as there are cores, each on its own share of
+    # them: 50 ms against 57 ms a trajectory on two cores (17 qubits), where both cores split
+    # every gate of one circuit.
+    return AerSimulator(
+        method="statevector", device=device, max_parallel_experiments=0, **NOISY_FUSION
+    )
+
+
+# The Aer-noise path is measured too when the stratified pilot leaves more than this many
+# seconds and this many pilots' worth of trajectories to run: its pilot (a hand-over of the noise
+# model and 8 noisy trajectories, about twice an ideal one each) then costs a tenth of the rest.
+_PROBE_AER_S = 2.0
+_PROBE_AER_PILOTS = 20
+
+
 def _statevector_reuse(run: _Reuse) -> TrajectoryRun:
     program = run.program
     body = body_circuit(program, run.noise, "probabilities")
-    started = time.perf_counter()
-    first = np.asarray(_run_batch(run.simulator, body, run.pilot, run.seeds[0])["probabilities"])
-    per_trajectory = (time.perf_counter() - started) / max(len(first), 1)
+    aer_pilot: tuple[np.ndarray, float] | None = None
+    if stratified_supported(program):
+
+        def worth_going_on(remaining: int, pace: float, collision: float) -> bool:
+            nonlocal aer_pilot
+            if remaining * pace <= _PROBE_AER_S or remaining <= _PROBE_AER_PILOTS * run.pilot:
+                return True
+            aer_pilot = _aer_pilot(run, body)
+            first, aer_pace = aer_pilot
+            needed = needed_trajectories(float(np.mean(np.sum(first * first, axis=1))), run.shots)
+            return remaining * pace <= (needed - len(first)) * aer_pace
+
+        ideal = _ideal_simulator(str(run.simulator.options.device))
+        drawn = run_stratified(
+            program,
+            run.noise,
+            run.shots,
+            run.rng,
+            ideal,
+            run.bound,
+            run.pilot,
+            run.check,
+            run.learned,
+            worth_going_on,
+        )
+        if drawn is not None:
+            return _sampled(program, run, drawn.probabilities, drawn.trajectories, drawn.collision)
+    first, per_trajectory = aer_pilot or _aer_pilot(run, body)
     total = first.sum(axis=0)
     count = len(first)
     # The bound V_traj <= E_t ||p_t||^2, not the pilot's own V_traj: a pilot of 8 often holds
@@ -195,7 +243,7 @@ def _statevector_reuse(run: _Reuse) -> TrajectoryRun:
     # rare error branches carry the variance. The collision probability does not hide them.
     collision = float(np.mean(np.sum(first * first, axis=1)))
     wanted = needed_trajectories(collision, run.shots, run.bound)
-    run.learned(wanted, count)
+    run.learned(wanted, (wanted - count) * per_trajectory)
     # Batches of at most 256 MB of probabilities and a few seconds each, so that the budget is
     # checked (and progress seen) that often even when every shot needs its own trajectory.
     batch = max(1, min(_BATCH_ENTRIES // first.shape[1], int(_BATCH_S / per_trajectory)))
@@ -207,13 +255,38 @@ def _statevector_reuse(run: _Reuse) -> TrajectoryRun:
         total = total + more.sum(axis=0)
         count += len(more)
         seed = None if seed is None else seed + size  # Aer seeds shot i with seed + i
+    return _sampled(program, run, total / count, count, collision)
+
+
+def _aer_pilot(run: _Reuse, body: QuantumCircuit) -> tuple[np.ndarray, float]:
+    """Pilot trajectories under Aer's noise model and their pace: seconds per trajectory
+    without the noise model's hand-over, which each Aer call pays once (one trajectory first,
+    then the rest: the difference)."""
+    seed = run.seeds[0]
+    started = time.perf_counter()
+    if run.pilot < 3:
+        few = np.asarray(_run_batch(run.simulator, body, run.pilot, seed)["probabilities"])
+        return few, (time.perf_counter() - started) / len(few)
+    one = np.asarray(_run_batch(run.simulator, body, 1, seed)["probabilities"])
+    middle = time.perf_counter()
+    rest_seed = None if seed is None else seed + 1
+    rest = np.asarray(_run_batch(run.simulator, body, run.pilot - 1, rest_seed)["probabilities"])
+    ended = time.perf_counter()
+    pace = max(((ended - middle) - (middle - started)) / max(run.pilot - 2, 1), 1e-6)
+    return np.concatenate([one, rest]), pace
+
+
+def _sampled(
+    program: LazyProgram, run: _Reuse, mean: np.ndarray, trajectories: int, collision: float
+) -> TrajectoryRun:
+    """Counts drawn from the trajectories' mean distribution after readout errors."""
     labels = sorted(program.measured)
-    probabilities = _with_readout(total / count, labels, run.noise)
+    probabilities = _with_readout(mean, labels, run.noise)
     # Axis a of the reshaped little-endian vector is qubit labels[m - 1 - a].
     clbits = [program.measured[q] for q in reversed(labels)]
     draw_seed = int(run.rng.integers(2**63))
     counts = sample_counts(probabilities, clbits, program, run.shots, draw_seed)
-    return TrajectoryRun(counts, count, collision)
+    return TrajectoryRun(counts, trajectories, collision)
 
 
 def _with_readout(little_endian: np.ndarray, labels: list[int], noise: CompactNoise) -> np.ndarray:
@@ -256,7 +329,9 @@ def _mps_reuse(run: _Reuse) -> TrajectoryRun:
                       for s in states]  # fmt: skip
     collision = float(np.mean(collisions))
     wanted = needed_trajectories(collision, shots, run.bound)
-    run.learned(wanted, len(states))
+    # Half the pilot's pace: a pilot of few trajectories is up to half Aer's per-call hand-over
+    # of the noise model (0.15-0.3 s), which the later, larger calls amortise.
+    run.learned(wanted, 0.5 * (wanted - len(states)) * per_trajectory)
     seed = run.seeds[1]
     while len(states) < wanted:
         # Sampling the states afterwards takes about a third of the time drawing them does.

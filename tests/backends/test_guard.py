@@ -130,17 +130,17 @@ def test_a_late_method_with_no_faster_alternative_goes_on_until_the_ceiling():
 
 
 def test_a_reuse_pilot_that_shows_the_run_too_long_stops_it_at_once():
-    # The pilot drew 8 trajectories in ~0.02 s; 1000 are needed: ~1.25 s at half its pace.
+    # The pilot drew 8 trajectories in ~0.02 s; 1000 are needed: ~1.25 s more at half its pace.
     ceiling = Budget("mps_reuse", 0.001, guard_settings(max_seconds=1.0))
     time.sleep(0.02)
-    ceiling.learn(1000, 8)
+    ceiling.learn(1000, 1.25)
     with pytest.raises(BudgetExceeded, match="needs ~1000 trajectories.*past the ceiling"):
         ceiling.check(8 / 1000)
     # Another reuse method would need as many trajectories: no reason to switch to it.
     reuse = Alternative("statevector_reuse", 0.05, trajectories=8)
     same = Budget("mps_reuse", 0.001, guard_settings(), alternative=reuse)
     time.sleep(0.02)
-    same.learn(800, 8)
+    same.learn(800, 1.0)
     assert reuse.seconds_at(800) == pytest.approx(5.0)
     same.check(8 / 800)
     # A method whose price does not depend on trajectories, and is much faster: switch now,
@@ -149,7 +149,7 @@ def test_a_reuse_pilot_that_shows_the_run_too_long_stops_it_at_once():
         "mps_reuse", 0.001, guard_settings(), alternative=Alternative("lazy_density_matrix", 0.1)
     )
     time.sleep(0.02)
-    other.learn(800, 8)
+    other.learn(800, 1.0)
     with pytest.raises(BudgetExceeded, match="lazy_density_matrix is predicted to take 0.1 s"):
         other.check(8 / 800)
 
