@@ -193,8 +193,14 @@ def _ideal_simulator(device: str) -> AerSimulator:
     # Trajectories run as many circuits at once as there are cores, each on its own share of
     # them: 50 ms against 57 ms a trajectory on two cores (17 qubits), where both cores split
     # every gate of one circuit.
+    # No truncation: Aer drops qubits whose gates cannot change the saved outcomes, which
+    # holds for unitary gates only; a weighted trajectory's diagonals change its norm.
     return AerSimulator(
-        method="statevector", device=device, max_parallel_experiments=0, **NOISY_FUSION
+        method="statevector",
+        device=device,
+        max_parallel_experiments=0,
+        enable_truncation=False,
+        **NOISY_FUSION,
     )
 
 
@@ -215,7 +221,7 @@ def _statevector_reuse(run: _Reuse) -> TrajectoryRun:
             nonlocal aer_pilot
             if remaining * pace <= _PROBE_AER_S or remaining <= _PROBE_AER_PILOTS * run.pilot:
                 return True
-            aer_pilot = _aer_pilot(run, body)
+            aer_pilot = aer_pilot or _aer_pilot(run, body)
             first, aer_pace = aer_pilot
             needed = needed_trajectories(float(np.mean(np.sum(first * first, axis=1))), run.shots)
             return remaining * pace <= (needed - len(first)) * aer_pace

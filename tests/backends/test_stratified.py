@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from qiskit import QuantumCircuit
+from qiskit.circuit.library import DiagonalGate
 from qiskit.circuit.random import random_circuit
 from qiskit.quantum_info import Kraus, SuperOp
 
@@ -118,9 +119,10 @@ def test_the_weighted_mean_is_the_exact_noisy_distribution(brisbane) -> None:
     # Relaxation five times stronger than the device's, so that jumps, resets, and trajectories
     # weighted far from 1 all happen; long enough for checkpoints (a trajectory starting from a
     # saved state). Readout is left out: it is applied to the mean afterwards, exactly.
-    circuit = QuantumCircuit(5)
+    # One qubit left unmeasured: its weighted jumps change the trajectory's norm all the same.
+    circuit = QuantumCircuit(5, 4)
     circuit.compose(random_circuit(5, 12, max_operands=2, seed=3), inplace=True)
-    circuit.measure_all()
+    circuit.measure([0, 1, 2, 3], [0, 1, 2, 3])
     program, noise = _compact(circuit, brisbane)
     errors = {
         key: replace(spec, duration=5 * spec.duration) if spec.duration else spec
@@ -152,3 +154,19 @@ def test_the_weighted_mean_is_the_exact_noisy_distribution(brisbane) -> None:
     first, second = ours(1), ours(2)
     # As close to the exact distribution as two independent estimates are to each other.
     assert distance(first, exact) < 1.5 * distance(first, second) + 0.005
+
+
+def test_the_trajectory_simulator_keeps_a_weight_on_an_unmeasured_qubit() -> None:
+    # Aer's truncation drops a qubit no saved outcome depends on, which is right for unitary
+    # gates only: a jump on a routing ancilla after its last two-qubit gate weights the whole
+    # trajectory (here by 1/4).
+    circuit = QuantumCircuit(2)
+    circuit.h(0)
+    circuit.x(1)
+    circuit.cx(1, 0)
+    weight = DiagonalGate([1, 1])
+    weight.params = [0.0, 0.5]
+    circuit.append(weight, [1])
+    circuit.save_probabilities([0])
+    probabilities = _ideal_simulator("CPU").run(circuit, shots=1).result().data(0)["probabilities"]
+    assert np.sum(probabilities) == pytest.approx(0.25)
