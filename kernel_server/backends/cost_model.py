@@ -81,9 +81,9 @@ _BUILTIN = MachineRates(
 )
 
 
-# Raised when the noisy path runs its simulators differently (e.g. gate fusion, 2): rates and
-# misses measured the old way are measured again.
-_SIMULATOR_SETUP = 2
+# Raised when the noisy path runs its simulators differently (gate fusion, 2; statevector reuse
+# drawing its own noise, 3): rates and misses measured the old way are measured again.
+_SIMULATOR_SETUP = 3
 
 
 def fingerprint() -> str:
