@@ -14,7 +14,7 @@ import numpy as np
 from qiskit import QuantumCircuit
 from qiskit_aer import AerSimulator
 
-from kernel_server.backends.lazy_dm import LazyProgram, plan_lazy, run_lazy
+from kernel_server.backends.lazy_dm import LazyProgram, LazyState, plan_lazy, run_lazy
 from kernel_server.backends.noise import CompactNoise, build_compact_noise
 from kernel_server.backends.work import (
     density_matrix_work,
@@ -97,6 +97,29 @@ def lazy_case(
     program = plan_lazy(circuit)
     assert isinstance(program, LazyProgram)
     return (lambda: run_lazy(program, noise)), (float(len(program.ops)), program.cost_cma)
+
+
+# Entries of the state the numpy engine's large-state rate is measured on (complex64, 128 MB:
+# past the caches, where each operation is bound by memory traffic).
+BIG_STATE_ENTRIES = 2**24
+
+
+def big_state_case() -> tuple[Callable[[], object], float]:
+    """Two-qubit operations of the numpy engine on a state far larger than the caches, and
+    their multiply-adds: the engine's own ``apply``, whose axes are never where the operation
+    wants them (the transposing copy is part of the price)."""
+    state = LazyState(np.complex64)
+    axes = int(np.log2(BIG_STATE_ENTRIES))
+    state.tensor = np.full([2] * axes, 1e-3, dtype=np.complex64)
+    state.labels = [(q, kind) for q in range(axes // 2) for kind in ("r", "c")]
+    superop = np.eye(16, dtype=complex)
+    pairs = [(1, 5), (3, 7)]
+
+    def run() -> None:
+        for pair in pairs:
+            state.apply(superop, pair)
+
+    return run, float(len(pairs) * 16 * BIG_STATE_ENTRIES)
 
 
 def run_aer(circuit: QuantumCircuit, noise: CompactNoise, method: str, shots: int) -> None:

@@ -51,6 +51,7 @@ class MachineRates:
     """Seconds per work unit of each method on one machine (see the module docstring)."""
 
     lazy_cma_per_s: float  # numpy engine: complex multiply-adds per second
+    lazy_big_cma_per_s: float  # the same on states past the caches (bound by memory traffic)
     lazy_op_s: float  # numpy engine: Python cost per operation
     aer_call_s: float  # one Aer run of a tiny noisy circuit (hand-over, parsing)
     aer_dm_cma_per_s: float  # Aer density matrix: multiply-adds per second
@@ -67,6 +68,7 @@ class MachineRates:
 # Measured on the development machine (2 cores, x86-64, qiskit-aer 0.17); used only when asked.
 _BUILTIN = MachineRates(
     lazy_cma_per_s=1.7e9,
+    lazy_big_cma_per_s=1.6e9,
     lazy_op_s=2e-5,
     aer_call_s=0.02,
     aer_dm_cma_per_s=1.5e9,
@@ -82,7 +84,8 @@ _BUILTIN = MachineRates(
 
 
 # Raised when the noisy path runs its simulators differently (gate fusion, 2; statevector reuse
-# drawing its own noise, 3): rates and misses measured the old way are measured again.
+# drawing its own noise and the numpy engine's large-state rate, 3): rates and misses measured
+# the old way are measured again.
 _SIMULATOR_SETUP = 3
 
 
@@ -225,6 +228,8 @@ def calibrate() -> MachineRates:
     flop_bound, flop_work = c.lazy_case(c.layered(12, 8), noise)
     t_ops, t_flops = _best_of(op_bound), _best_of(flop_bound, repeats=2)
     lazy_op_s, lazy_rate = _solve(op_work, t_ops, flop_work, t_flops)
+    big_run, big_work = c.big_state_case()
+    big_rate = big_work / _best_of(big_run)
     sv_times = []
     for circuit in (c.layered(8, 40), c.layered(16, 20)):
         seconds = _best_of(partial(c.run_aer, circuit, noise, "statevector", 8), repeats=2)
@@ -255,6 +260,7 @@ def calibrate() -> MachineRates:
     )
     return MachineRates(
         lazy_cma_per_s=lazy_rate,
+        lazy_big_cma_per_s=min(big_rate, lazy_rate),
         lazy_op_s=lazy_op_s,
         aer_call_s=call,
         aer_dm_cma_per_s=dm_rate,

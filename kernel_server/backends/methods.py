@@ -31,7 +31,7 @@ import numpy as np
 from qiskit import QuantumCircuit
 from qiskit.circuit import ControlFlowOp, Measure
 
-from kernel_server.backends.branching import branching_entries, branching_work
+from kernel_server.backends.branching import branching_entries
 from kernel_server.backends.cost_model import MachineRates, machine_rates
 from kernel_server.backends.dynamic import costliest_path
 from kernel_server.backends.guard import settings as guard_settings
@@ -279,7 +279,9 @@ def plan_methods(
     if isinstance(program, LazyProgram):
         if program.peak_entries <= LAZY_MAX_ENTRIES:
             estimates["lazy_density_matrix"] = (
-                program.cost_cma / rates.lazy_cma_per_s + len(program.ops) * rates.lazy_op_s + 1e-3
+                program.cost_cma / _lazy_rate(program.peak_entries, rates)
+                + len(program.ops) * rates.lazy_op_s
+                + 1e-3
             )
         else:
             unsupported = f"peak state of {program.peak_entries} entries"
@@ -320,7 +322,22 @@ def _branching_estimate(program: LazyProgram, shots: int, rates: MachineRates) -
     at 4000 shots: where both engines take milliseconds the lazy one, exact, is chosen)."""
     calls = len(program.ops) + 20 * len(program.measured)
     tail = 3e-3 + shots * program.num_clbits * 2e-8
-    return branching_work(program, shots) / rates.lazy_cma_per_s + calls * rates.lazy_op_s + tail
+    seconds = 0.0
+    for done, work, top in program.branch_profile:
+        branches = min(shots, 2**done)
+        seconds += branches * work / _lazy_rate(branches * top, rates)
+    return seconds + calls * rates.lazy_op_s + tail
+
+
+# States of more entries than this are priced at the numpy engine's large-state rate: past the
+# caches an operation is bound by memory traffic (efficient_su2_24 on the Falcons, 65M entries at
+# its peak, ran at half the in-cache rate: 17 s where 8.8 s was predicted).
+_CACHED_ENTRIES = 2**21
+
+
+def _lazy_rate(entries: float, rates: MachineRates) -> float:
+    """Multiply-adds per second of the numpy engine on a state of ``entries``."""
+    return rates.lazy_big_cma_per_s if entries > _CACHED_ENTRIES else rates.lazy_cma_per_s
 
 
 def _apply_misses(circuit: QuantumCircuit, estimates: dict[str, float]) -> tuple[str, ...]:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from helpers import ghz
 from qiskit import QuantumCircuit
+from qiskit.circuit.library import efficient_su2
 from qiskit.circuit.random import random_circuit
 from qiskit.providers import QubitProperties
 from qiskit.quantum_info import Statevector, hellinger_fidelity
@@ -19,7 +21,8 @@ from qiskit_aer import AerSimulator
 from kernel_server.backends import aer_sim, cost_model, trajectories
 from kernel_server.backends.compile import transpile_for
 from kernel_server.backends.devices import load_backend
-from kernel_server.backends.methods import METHODS, stabilizer_exact
+from kernel_server.backends.lazy_dm import plan_lazy
+from kernel_server.backends.methods import METHODS, _branching_estimate, stabilizer_exact
 from kernel_server.backends.work import clifford_support_bits, mps_bonds, mps_order
 
 SHOTS = 4000
@@ -260,6 +263,24 @@ def test_rates_are_measured_once_and_kept_per_machine(tmp_path, monkeypatch) -> 
     monkeypatch.setenv(cost_model.COST_MODEL_ENV, "builtin")
     monkeypatch.setattr(cost_model, "_rates", None)
     assert not cost_model.machine_rates().measured
+
+
+def test_states_past_the_caches_are_priced_at_the_large_state_rate() -> None:
+    # A wide circuit whose branches reach tens of millions of entries on a Falcon, and a narrow
+    # one that stays in the caches: halving the large-state rate doubles the first's work only.
+    kolkata = load_backend("fake_kolkata")
+    rates = cost_model.machine_rates()
+    slower = replace(rates, lazy_big_cma_per_s=rates.lazy_big_cma_per_s / 2)
+    wide = efficient_su2(24, reps=2, entanglement="linear")
+    wide = wide.assign_parameters(np.linspace(0.1, 2.0, wide.num_parameters))
+    wide.measure_all()
+    for circuit, grows in ((wide, True), (ghz(5), False)):
+        program = plan_lazy(
+            aer_sim.compact_circuit(transpile_for(circuit, kolkata, seed=0)).circuit
+        )
+        assert not isinstance(program, str)
+        fast, slow = (_branching_estimate(program, SHOTS, r) for r in (rates, slower))
+        assert (slow > 1.5 * fast) is grows
 
 
 def test_processes_that_need_the_rates_at_once_measure_them_once(tmp_path, monkeypatch) -> None:
