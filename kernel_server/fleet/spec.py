@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_server.backends.fleets import resolve_fleet
+from kernel_server.scheduler.online import BALANCE_OFF
 
 EXECUTION_MODES = ("job", "batch")
 
@@ -228,8 +229,8 @@ def _limits(where: str, data: Any) -> Limits:
 def _scheduler(where: str, data: Any) -> tuple[float | str | None, float]:
     section = _section(where, data, _SCHEDULER)
     balance = section.get("balance")
-    if balance is False or balance == "off":  # YAML reads a bare off as False
-        balance = "off"
+    if balance is False or balance == BALANCE_OFF:  # YAML reads a bare off as False
+        balance = BALANCE_OFF
     elif balance is not None and (
         isinstance(balance, bool) or not isinstance(balance, (int, float)) or not 0 < balance < 1
     ):
