@@ -1,6 +1,7 @@
 """End to end: the real orchestrator process over real ZeroMQ, real Aer, real worker pools."""
 
 import textwrap
+import time
 
 import pytest
 from helpers import assert_mostly_zero
@@ -283,6 +284,14 @@ def test_events_are_published(orchestrator):
         wid = qj.invoke(image, {"width": 1}, shots=100)
         qj.workflow_results(wid, timeout=120)
         assert got_done.wait(10)
+        # The results reply can overtake the last events (the subscriber is another socket):
+        # wait until every job whose events have arrived shows its end.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            mine = [e for e in seen if e.workflow_id == wid]
+            if {e.job_id for e in mine} == {e.job_id for e in mine if e.state == "done"}:
+                break
+            time.sleep(0.05)
     finally:
         sub.close()
     states = [(e.kind, e.state) for e in seen if e.workflow_id == wid]
