@@ -39,6 +39,7 @@ from qiskit_aer import AerSimulator
 from qiskit_aer.noise.passes import RelaxationNoisePass
 
 from kernel_server.backends.branching import run_branching
+from kernel_server.backends.branching_sv import run_branching_statevector
 from kernel_server.backends.cost_model import machine_rates
 from kernel_server.backends.devices import calibration_id
 from kernel_server.backends.dynamic import has_control_flow
@@ -336,6 +337,9 @@ def _run_method(
     if name == "branching_density_matrix":
         assert isinstance(program, LazyProgram)
         return run_branching(program, noise, shots, seed, budget.check), None
+    if name == "branching_statevector":
+        assert isinstance(program, LazyProgram)
+        return run_branching_statevector(program, noise, shots, seed, budget.check), None
     if name in TRAJECTORY_METHODS:
         assert isinstance(program, LazyProgram)
         simulator = _aer_simulator(noise, TRAJECTORY_METHODS[name])

@@ -14,6 +14,7 @@ import numpy as np
 from qiskit import QuantumCircuit
 from qiskit_aer import AerSimulator
 
+from kernel_server.backends.branching_sv import run_branching_statevector, statevector_profile
 from kernel_server.backends.lazy_dm import LazyProgram, LazyState, plan_lazy, run_lazy
 from kernel_server.backends.noise import CompactNoise, build_compact_noise
 from kernel_server.backends.work import (
@@ -97,6 +98,17 @@ def lazy_case(
     program = plan_lazy(circuit)
     assert isinstance(program, LazyProgram)
     return (lambda: run_lazy(program, noise)), (float(len(program.ops)), program.cost_cma)
+
+
+def branching_sv_case(
+    circuit: QuantumCircuit, noise: CompactNoise, shots: int
+) -> tuple[Callable[[], object], tuple[float, float]]:
+    """A run of the branching statevector and its (operations x shots, amplitudes passed)."""
+    program = plan_lazy(circuit)
+    assert isinstance(program, LazyProgram)
+    touched, _ = statevector_profile(program)
+    work = (float(len(program.ops) * shots), touched * shots)
+    return (lambda: run_branching_statevector(program, noise, shots, seed=1)), work
 
 
 # Entries of the state the numpy engine's large-state rate is measured on (complex64, 128 MB:

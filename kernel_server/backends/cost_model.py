@@ -53,6 +53,8 @@ class MachineRates:
     lazy_cma_per_s: float  # numpy engine: complex multiply-adds per second
     lazy_big_cma_per_s: float  # the same on states past the caches (bound by memory traffic)
     lazy_op_s: float  # numpy engine: Python cost per operation
+    shot_sv_amp_per_s: float  # branching statevector: amplitudes passed over per second
+    shot_sv_op_s: float  # branching statevector: cost per operation and shot (noise draws)
     aer_call_s: float  # one Aer run of a tiny noisy circuit (hand-over, parsing)
     aer_dm_cma_per_s: float  # Aer density matrix: multiply-adds per second
     aer_sv_amp_per_s: float  # Aer noisy statevector: amplitude updates per second
@@ -70,6 +72,8 @@ _BUILTIN = MachineRates(
     lazy_cma_per_s=1.7e9,
     lazy_big_cma_per_s=1.6e9,
     lazy_op_s=2e-5,
+    shot_sv_amp_per_s=3.5e8,
+    shot_sv_op_s=5e-8,
     aer_call_s=0.02,
     aer_dm_cma_per_s=1.5e9,
     aer_sv_amp_per_s=1.5e9,
@@ -84,9 +88,9 @@ _BUILTIN = MachineRates(
 
 
 # Raised when the noisy path runs its simulators differently (gate fusion, 2; statevector reuse
-# drawing its own noise and the numpy engine's large-state rate, 3): rates and misses measured
-# the old way are measured again.
-_SIMULATOR_SETUP = 3
+# drawing its own noise and the numpy engine's large-state rate, 3; the branching statevector,
+# 4): rates and misses measured the old way are measured again.
+_SIMULATOR_SETUP = 4
 
 
 def fingerprint() -> str:
@@ -230,6 +234,12 @@ def calibrate() -> MachineRates:
     lazy_op_s, lazy_rate = _solve(op_work, t_ops, flop_work, t_flops)
     big_run, big_work = c.big_state_case()
     big_rate = big_work / _best_of(big_run)
+    # Branching statevector: noise draws per operation and shot, then passes over amplitudes.
+    draw_bound, draw_work = c.branching_sv_case(c.layered(4, 60), noise, 2000)
+    pass_bound, pass_work = c.branching_sv_case(c.layered(10, 6), noise, 300)
+    shot_op_s, shot_rate = _solve(
+        draw_work, _best_of(draw_bound, repeats=2), pass_work, _best_of(pass_bound, repeats=2)
+    )
     sv_times = []
     for circuit in (c.layered(8, 40), c.layered(16, 20)):
         seconds = _best_of(partial(c.run_aer, circuit, noise, "statevector", 8), repeats=2)
@@ -262,6 +272,8 @@ def calibrate() -> MachineRates:
         lazy_cma_per_s=lazy_rate,
         lazy_big_cma_per_s=min(big_rate, lazy_rate),
         lazy_op_s=lazy_op_s,
+        shot_sv_amp_per_s=shot_rate,
+        shot_sv_op_s=shot_op_s,
         aer_call_s=call,
         aer_dm_cma_per_s=dm_rate,
         aer_sv_amp_per_s=sv_rate,

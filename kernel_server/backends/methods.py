@@ -11,6 +11,9 @@ can run the circuit. What each is for:
 * ``branching_density_matrix``: the numpy engine measuring each qubit as it leaves, shots that
   agree so far sharing one state (:mod:`kernel_server.backends.branching`); exact samples where
   few qubits are in flight but many are done (W states at 24 qubits).
+* ``branching_statevector``: the same with one pure state per shot, its noise drawn per shot
+  (:mod:`kernel_server.backends.branching_sv`); exact samples where the histories are as many as
+  the shots and several qubits are in flight (EfficientSU2 routed on a Falcon).
 * ``density_matrix``: Aer's, up to 12 qubits, including what the engine does not take.
 * ``statevector``: Aer's noisy trajectories, one per shot; anything, at any cost.
 * ``statevector_reuse``: statevector trajectories with several shots each; spread-out outputs at
@@ -32,6 +35,7 @@ from qiskit import QuantumCircuit
 from qiskit.circuit import ControlFlowOp, Measure
 
 from kernel_server.backends.branching import branching_entries
+from kernel_server.backends.branching_sv import statevector_profile
 from kernel_server.backends.cost_model import MachineRates, machine_rates
 from kernel_server.backends.dynamic import costliest_path
 from kernel_server.backends.guard import settings as guard_settings
@@ -67,6 +71,7 @@ METHODS = (
     "auto",
     "lazy_density_matrix",
     "branching_density_matrix",
+    "branching_statevector",
     "density_matrix",
     "statevector",
     "statevector_reuse",
@@ -85,11 +90,19 @@ REUSE_MAX_QUBITS = 26
 # Width from which a loose MPS bond bound is measured (mps_probe): below it statevector
 # trajectories are cheap enough, and a probe of an entangled circuit would cost more than it saves.
 PROBE_MIN_QUBITS = 20
-# ... and only when statevector reuse would take longer than this (a probe can take seconds).
+# ... and only when statevector reuse and every method priced before it (the numpy engines,
+# Aer's own) would take longer than this (a probe can take seconds: 8 s for a 24-qubit
+# EfficientSU2 routed on fake_hanoi, which the branching statevector runs in 1 s).
 PROBE_WORTH_S = 20.0
 # Methods that run the lazy engine's program (gates, then terminal measurements).
 _NEEDS_PROGRAM = frozenset(
-    {"lazy_density_matrix", "branching_density_matrix", "statevector_reuse", "mps_reuse"}
+    {
+        "lazy_density_matrix",
+        "branching_density_matrix",
+        "branching_statevector",
+        "statevector_reuse",
+        "mps_reuse",
+    }
 )
 _CLIFFORD = {"cx", "cy", "cz", "ecr", "h", "id", "s", "sdg", "swap", "sx", "sxdg", "x", "y", "z"}
 
@@ -287,10 +300,23 @@ def plan_methods(
             unsupported = f"peak state of {program.peak_entries} entries"
         if branching_entries(program, shots) <= LAZY_MAX_ENTRIES:
             estimates["branching_density_matrix"] = _branching_estimate(program, shots, rates)
+        touched, peak = statevector_profile(program)
+        if shots * peak <= LAZY_MAX_ENTRIES:
+            estimates["branching_statevector"] = _shot_states_estimate(
+                program, shots, touched, peak, rates
+            )
         support = None
         if _non_clifford(circuit) is None:
             support = clifford_support_bits(circuit, sorted(program.measured))
         trajectories = reuse_trajectories(program, shots, support)
+        # A probe costs seconds: not where a method priced already is quicker than its
+        # threshold and fits the guard's memory ceiling.
+        fitting = _memory_estimates(circuit, program, estimates, 1, shots)
+        ceiling = guard_settings().memory_bytes
+        probe = probe and not any(
+            seconds <= PROBE_WORTH_S and fitting[name] <= ceiling
+            for name, seconds in estimates.items()
+        )
         reuse, bond = _reuse_estimates(program, circuit, shots, rates, trajectories, probe)
         estimates.update(reuse)
     if noise is not None and stabilizer_exact(circuit, noise) is None:
@@ -327,6 +353,19 @@ def _branching_estimate(program: LazyProgram, shots: int, rates: MachineRates) -
         branches = min(shots, 2**done)
         seconds += branches * work / _lazy_rate(branches * top, rates)
     return seconds + calls * rates.lazy_op_s + tail
+
+
+def _shot_states_estimate(
+    program: LazyProgram, shots: int, touched: float, peak: int, rates: MachineRates
+) -> float:
+    """The branching statevector: per shot, its amplitude passes and a noise draw per operation;
+    past the caches its passes slow as the numpy engine's do."""
+    amp_rate = rates.shot_sv_amp_per_s
+    if shots * peak > _CACHED_ENTRIES:
+        amp_rate *= rates.lazy_big_cma_per_s / rates.lazy_cma_per_s
+    per_shot = touched / amp_rate + len(program.ops) * rates.shot_sv_op_s
+    tail = 3e-3 + shots * program.num_clbits * 2e-8
+    return shots * per_shot + len(program.ops) * rates.lazy_op_s + tail
 
 
 # States of more entries than this are priced at the numpy engine's large-state rate: past the
@@ -381,6 +420,8 @@ def _memory_estimates(
             memory[name] = 3.0 * program.peak_entries * width
         elif name == "branching_density_matrix" and isinstance(program, LazyProgram):
             memory[name] = 3.0 * branching_entries(program, shots) * _COMPLEX
+        elif name == "branching_statevector" and isinstance(program, LazyProgram):
+            memory[name] = 3.0 * shots * statevector_profile(program)[1] * _COMPLEX
         elif name == "density_matrix":
             memory[name] = 2.0 * _COMPLEX * 4.0**k
         elif name == "statevector":
@@ -408,6 +449,8 @@ def _why_not(
         return f"peak state of {program.peak_entries} entries"
     if method == "branching_density_matrix":
         return f"more than {LAZY_MAX_ENTRIES} entries in its branches at {shots} shots"
+    if method == "branching_statevector":
+        return f"more than {LAZY_MAX_ENTRIES} amplitudes over its {shots} shots"
     if method == "density_matrix":
         return f"{circuit.num_qubits} qubits (at most {AER_DENSITY_MATRIX_MAX_QUBITS})"
     if method == "stabilizer":
