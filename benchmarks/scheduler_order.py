@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernel_server.scheduler.online import ONLINE_PRESETS, OnlinePreset  # noqa: E402
+from kernel_server.scheduler.online import ONLINE_PRESETS  # noqa: E402
 from kernel_server.simulation.cloud import simulate  # noqa: E402
 from kernel_server.simulation.workload import WorkloadSpec, generate, sim_qpus  # noqa: E402
 
@@ -31,8 +32,8 @@ def policies() -> list[tuple[str, str, object]]:
     return [
         ("least-busy", "least-busy", "balanced"),
         ("jct, arrival order", "qonductor", jct),
-        ("jct, aging 0.5", "qonductor", OnlinePreset(jct.margin_s, jct.weights, aging=0.5)),
-        ("jct, aging 0.1", "qonductor", OnlinePreset(jct.margin_s, jct.weights, aging=0.1)),
+        ("jct, aging 0.5", "qonductor", replace(jct, aging=0.5)),
+        ("jct, aging 0.1", "qonductor", replace(jct, aging=0.1)),
     ]
 
 

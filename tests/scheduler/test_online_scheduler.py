@@ -14,6 +14,7 @@ from kernel_server.scheduler.online import (
     ONLINE_PRESETS,
     OnlinePreset,
     OnlineScheduler,
+    choose,
     decide,
     exchange_rate_schedules,
 )
@@ -397,3 +398,14 @@ def test_shortest_first_puts_short_jobs_ahead_on_busy_qpus() -> None:
     assert s.step(fleet, now=1.0) == []
     fleet[0].wait_s = 0.0
     assert s.step(fleet, now=6.0) == [("short", 0)]  # 2 - 0.5 s goes before 30 - 0.6 s
+
+
+def test_the_jct_preset_takes_the_most_fidelity_per_second_within_its_margin() -> None:
+    # [mean JCT s, mean error]: within 1 s of the fastest are the first two; the second is more
+    # faithful (what pseudo-weights leaning to fidelity take), the first gives more fidelity per
+    # second (0.80 / 3.0 against 0.90 / 3.5: FAN's score); the third is outside the margin.
+    front = np.array([[3.0, 0.20], [3.5, 0.10], [5.0, 0.0]])
+    assert choose(front, ONLINE_PRESETS["jct"]) == 0
+    assert choose(front, OnlinePreset(margin_s=1.0, weights=(0.1, 0.9))) == 1
+    # Where a slower schedule pays its seconds in fidelity, the ratio takes it.
+    assert choose(np.array([[3.0, 0.40], [3.5, 0.10]]), ONLINE_PRESETS["jct"]) == 1
