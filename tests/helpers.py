@@ -87,3 +87,36 @@ def ghz(n: int):
         qc.cx(q, q + 1)
     qc.measure_all()
     return qc
+
+
+def total_variation(counts: dict[str, int], exact: dict[str, float]) -> float:
+    """Total variation distance between sampled counts and a distribution."""
+    shots = sum(counts.values())
+    keys = set(counts) | set(exact)
+    return 0.5 * sum(abs(counts.get(k, 0) / shots - exact.get(k, 0.0)) for k in keys)
+
+
+def sampling_floor(exact: dict[str, float], shots: int) -> float:
+    """Mean total variation of exact multinomial samples of ``shots`` (the sampling floor)."""
+    import numpy as np
+
+    keys = list(exact)
+    probabilities = np.array([exact[k] for k in keys])
+    rng = np.random.default_rng(0)
+    draws = [rng.multinomial(shots, probabilities / probabilities.sum()) for _ in range(5)]
+    return float(
+        np.mean([total_variation(dict(zip(keys, d.tolist(), strict=True)), exact) for d in draws])
+    )
+
+
+def compact_program(circuit, backend):
+    """(transpiled, the numpy engine's program, compact noise) of ``circuit`` on ``backend``."""
+    from kernel_server.backends import aer_sim
+    from kernel_server.backends.compile import transpile_for
+    from kernel_server.backends.lazy_dm import LazyProgram, plan_lazy
+
+    transpiled = transpile_for(circuit, backend, seed=0)
+    compact = aer_sim.compact_circuit(transpiled)
+    program = plan_lazy(compact.circuit)
+    assert isinstance(program, LazyProgram)
+    return transpiled, program, aer_sim.compact_noise(backend, compact.physical_qubits)

@@ -27,7 +27,7 @@ from qiskit.result.postprocess import format_counts_memory
 from kernel_server.backends.lazy_dm import LazyProgram, LazyState, evolve
 from kernel_server.backends.noise import CompactNoise
 
-__all__ = ["BranchingState", "branching_entries", "branching_work", "run_branching"]
+__all__ = ["BranchingState", "branching_entries", "branching_work", "read_out", "run_branching"]
 
 # The branch axis's label among the (qubit, kind) labels of the state's axes.
 _BRANCH = (-1, "b")
@@ -97,7 +97,14 @@ def run_branching(
     evolve(program, noise, state, check)
     # Measured qubits that no gate touched read 0 before their readout error, as do the bits of
     # a history; each shot's recorded bit then flips with the readout error's probability.
-    bits = np.repeat(state.bits, state.counts, axis=0)
+    return read_out(np.repeat(state.bits, state.counts, axis=0), program, noise, rng)
+
+
+def read_out(
+    bits: np.ndarray, program: LazyProgram, noise: CompactNoise, rng: np.random.Generator
+) -> dict[str, int]:
+    """Counts, keyed as Aer keys them, of per-shot recorded bits (shots x clbits), each bit of a
+    measured qubit flipped with its readout error's probability (in place)."""
     for qubit, clbit in program.measured.items():
         matrix = noise.readout.get(qubit)
         if matrix is None:

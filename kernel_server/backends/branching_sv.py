@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 from qiskit.circuit import Delay
-from qiskit.result.postprocess import format_counts_memory
 
+from kernel_server.backends.branching import read_out
 from kernel_server.backends.lazy_dm import _SECONDS, LazyProgram
 from kernel_server.backends.noise import CompactNoise
 
@@ -268,20 +268,5 @@ def run_branching_statevector(
         for q in qargs:
             if program.last_op[q] == i:
                 state.finish(q, program.measured.get(q))
-    bits = state.bits
-    # Measured qubits that no gate touched read 0; each recorded bit then flips with the readout
-    # error's probability.
-    for qubit, clbit in program.measured.items():
-        matrix = noise.readout.get(qubit)
-        if matrix is None:
-            continue
-        true = bits[:, clbit].astype(np.intp)
-        flip = np.asarray(matrix)[true, 1 - true]  # P[true, measured]
-        bits[:, clbit] ^= (rng.random(len(bits)) < flip).astype(np.uint8)
-    rows, counts = np.unique(bits, axis=0, return_counts=True)
-    header = {"creg_sizes": program.creg_sizes, "memory_slots": program.num_clbits}
-    out: dict[str, int] = {}
-    for row, count in zip(rows, counts, strict=True):
-        value = sum(1 << clbit for clbit in np.flatnonzero(row))
-        out[format_counts_memory(hex(value), header)] = int(count)
-    return out
+    # Measured qubits that no gate touched read 0 before their readout error.
+    return read_out(state.bits, program, noise, rng)

@@ -4,44 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import compact_program, sampling_floor, total_variation
 from qiskit import QuantumCircuit
 from qiskit.circuit.random import random_circuit
 
 from kernel_server.backends import aer_sim
 from kernel_server.backends.branching import branching_entries, run_branching
-from kernel_server.backends.compile import transpile_for
 from kernel_server.backends.devices import load_backend
-from kernel_server.backends.lazy_dm import LazyProgram, plan_lazy
 
 
 @pytest.fixture(scope="module")
 def kolkata():
     return load_backend("fake_kolkata")
-
-
-def _total_variation(counts: dict[str, int], exact: dict[str, float]) -> float:
-    shots = sum(counts.values())
-    keys = set(counts) | set(exact)
-    return 0.5 * sum(abs(counts.get(k, 0) / shots - exact.get(k, 0.0)) for k in keys)
-
-
-def _floor(exact: dict[str, float], shots: int) -> float:
-    """Mean total variation of exact multinomial samples of ``shots`` (the sampling floor)."""
-    keys = list(exact)
-    probabilities = np.array([exact[k] for k in keys])
-    rng = np.random.default_rng(0)
-    draws = [rng.multinomial(shots, probabilities / probabilities.sum()) for _ in range(5)]
-    return float(
-        np.mean([_total_variation(dict(zip(keys, d.tolist(), strict=True)), exact) for d in draws])
-    )
-
-
-def _compact(circuit: QuantumCircuit, backend):
-    transpiled = transpile_for(circuit, backend, seed=0)
-    compact = aer_sim.compact_circuit(transpiled)
-    program = plan_lazy(compact.circuit)
-    assert isinstance(program, LazyProgram)
-    return transpiled, program, aer_sim.compact_noise(backend, compact.physical_qubits)
 
 
 def test_samples_the_exact_noisy_distribution(kolkata) -> None:
@@ -50,12 +24,12 @@ def test_samples_the_exact_noisy_distribution(kolkata) -> None:
     circuit = QuantumCircuit(6, 6)
     circuit.compose(random_circuit(5, 5, max_operands=2, seed=11), range(5), inplace=True)
     circuit.measure([0, 1, 2, 3, 5], [4, 0, 3, 1, 2])
-    transpiled, program, noise = _compact(circuit, kolkata)
+    transpiled, program, noise = compact_program(circuit, kolkata)
     exact = aer_sim.noisy_probabilities(kolkata, transpiled)
     shots = 100_000
     counts = run_branching(program, noise, shots, seed=5)
     assert sum(counts.values()) == shots and set(counts) <= set(exact)
-    assert _total_variation(counts, exact) < 1.5 * _floor(exact, shots)
+    assert total_variation(counts, exact) < 1.5 * sampling_floor(exact, shots)
     assert run_branching(program, noise, 500, seed=5) == run_branching(program, noise, 500, seed=5)
 
 
@@ -73,7 +47,7 @@ def w_state(n: int) -> QuantumCircuit:
 
 def test_a_wide_w_state_runs_as_branches_not_as_two_to_the_width() -> None:
     torino = load_backend("fake_torino")
-    transpiled, program, noise = _compact(w_state(20), torino)
+    transpiled, program, noise = compact_program(w_state(20), torino)
     # The lazy engine would end holding every outcome; the branches hold at most a state per
     # shot of the few qubits in flight.
     assert program.peak_entries >= 2**20

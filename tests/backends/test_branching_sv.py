@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from helpers import compact_program, sampling_floor, total_variation
 from qiskit import QuantumCircuit
 from qiskit.circuit.library import efficient_su2
 from qiskit.circuit.random import random_circuit
@@ -13,40 +14,14 @@ from qiskit.circuit.random import random_circuit
 from kernel_server.backends import aer_sim
 from kernel_server.backends.branching import branching_entries
 from kernel_server.backends.branching_sv import run_branching_statevector, statevector_profile
-from kernel_server.backends.compile import transpile_for
 from kernel_server.backends.devices import load_backend
-from kernel_server.backends.lazy_dm import LazyProgram, format_probabilities, plan_lazy, run_lazy
+from kernel_server.backends.lazy_dm import format_probabilities, run_lazy
 
 
 @pytest.fixture(scope="module")
 def brisbane():
     # Qubits with T2 > T1 and with T2 <= T1: both ratios go through the same unravelling.
     return load_backend("fake_brisbane")
-
-
-def _compact(circuit: QuantumCircuit, backend):
-    transpiled = transpile_for(circuit, backend, seed=0)
-    compact = aer_sim.compact_circuit(transpiled)
-    program = plan_lazy(compact.circuit)
-    assert isinstance(program, LazyProgram)
-    return transpiled, program, aer_sim.compact_noise(backend, compact.physical_qubits)
-
-
-def _total_variation(counts: dict[str, int], exact: dict[str, float]) -> float:
-    shots = sum(counts.values())
-    keys = set(counts) | set(exact)
-    return 0.5 * sum(abs(counts.get(k, 0) / shots - exact.get(k, 0.0)) for k in keys)
-
-
-def _floor(exact: dict[str, float], shots: int) -> float:
-    """Mean total variation of exact multinomial samples of ``shots`` (the sampling floor)."""
-    keys = list(exact)
-    probabilities = np.array([exact[k] for k in keys])
-    rng = np.random.default_rng(0)
-    draws = [rng.multinomial(shots, probabilities / probabilities.sum()) for _ in range(5)]
-    return float(
-        np.mean([_total_variation(dict(zip(keys, d.tolist(), strict=True)), exact) for d in draws])
-    )
 
 
 def test_samples_the_exact_noisy_distribution(brisbane) -> None:
@@ -59,7 +34,7 @@ def test_samples_the_exact_noisy_distribution(brisbane) -> None:
     circuit.h(5)
     circuit.sx(5)
     circuit.measure([0, 1, 3, 4, 5], [2, 0, 4, 1, 3])
-    _, program, noise = _compact(circuit, brisbane)
+    _, program, noise = compact_program(circuit, brisbane)
     assert any(operation.name == "delay" for operation, _ in program.ops)
     errors = {
         key: replace(spec, duration=5 * spec.duration) if spec.duration else spec
@@ -71,7 +46,7 @@ def test_samples_the_exact_noisy_distribution(brisbane) -> None:
     shots = 100_000
     counts = run_branching_statevector(program, strong, shots, seed=5)
     assert sum(counts.values()) == shots and set(counts) <= set(exact)
-    assert _total_variation(counts, exact) < 1.5 * _floor(exact, shots)
+    assert total_variation(counts, exact) < 1.5 * sampling_floor(exact, shots)
     again = run_branching_statevector(program, strong, 500, seed=5)
     assert again == run_branching_statevector(program, strong, 500, seed=5)
 
@@ -83,7 +58,7 @@ def test_relaxation_of_an_excited_qubit_decays_as_t1() -> None:
     circuit.x(0)
     circuit.delay(100, 0, unit="us")
     circuit.measure(0, 0)
-    _, program, noise = _compact(circuit, kolkata)
+    _, program, noise = compact_program(circuit, kolkata)
     quiet = replace(noise, readout={}, superops={}, simulators={})
     exact_array, clbits = run_lazy(program, quiet)
     exact = format_probabilities(exact_array, clbits, program)
@@ -101,7 +76,7 @@ def test_a_routed_linear_ansatz_holds_a_state_per_shot_not_a_matrix_per_history(
     angles = np.random.default_rng(1).uniform(0, 2 * np.pi, body.num_parameters)
     circuit = body.assign_parameters(angles)
     circuit.measure_all()
-    transpiled, program, noise = _compact(circuit, hanoi)
+    transpiled, program, noise = compact_program(circuit, hanoi)
     _, peak = statevector_profile(program)
     assert 4000 * peak * 16 <= branching_entries(program, 4000)
     plan = aer_sim.plan_noisy_run(transpiled, 4000, backend=hanoi)
