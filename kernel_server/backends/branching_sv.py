@@ -33,8 +33,8 @@ import numpy as np
 from qiskit.circuit import Delay
 
 from kernel_server.backends.branching import read_out
-from kernel_server.backends.lazy_dm import _SECONDS, LazyProgram
-from kernel_server.backends.noise import CompactNoise
+from kernel_server.backends.lazy_dm import LazyProgram, delay_seconds
+from kernel_server.backends.noise import CompactNoise, relaxation_factors
 
 __all__ = ["run_branching_statevector", "statevector_profile"]
 
@@ -216,18 +216,11 @@ def _weights(part: np.ndarray) -> np.ndarray:
     return np.einsum("si,si->s", flat.real, flat.real) + np.einsum("si,si->s", flat.imag, flat.imag)
 
 
-def _relaxation(t1: float, t2: float, seconds: float) -> tuple[float, float]:
-    decay = math.exp(-seconds / t1) if math.isfinite(t1) else 1.0
-    dephase = math.exp(-seconds / t2) if math.isfinite(t2) else 1.0
-    return decay, dephase
-
-
 def _apply_noise(state: ShotStates, noise: CompactNoise, operation: Any, qargs: tuple) -> None:
     if isinstance(operation, Delay):
-        scale = noise.dt if operation.unit == "dt" else _SECONDS[operation.unit]
-        seconds = float(operation.duration) * float(scale or 0.0)
         q = qargs[0]
-        state.relax(q, *_relaxation(float(noise.t1s[q]), float(noise.t2s[q]), seconds))
+        seconds = delay_seconds(noise, operation)
+        state.relax(q, *relaxation_factors(float(noise.t1s[q]), float(noise.t2s[q]), seconds))
         return
     spec = noise.errors.get((operation.name, tuple(qargs)))
     if spec is None:
@@ -236,7 +229,7 @@ def _apply_noise(state: ShotStates, noise: CompactNoise, operation: Any, qargs: 
         state.depolarize(qargs, spec.depolarizing)
     if spec.duration:
         for q, t1, t2 in zip(qargs, spec.t1s, spec.t2s, strict=True):
-            state.relax(q, *_relaxation(t1, t2, spec.duration))
+            state.relax(q, *relaxation_factors(t1, t2, spec.duration))
 
 
 def run_branching_statevector(

@@ -188,6 +188,12 @@ def plan_lazy(circuit: QuantumCircuit) -> LazyProgram | str:
 _SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "ps": 1e-12}
 
 
+def delay_seconds(noise: CompactNoise, operation: Delay) -> float:
+    """A delay's duration in seconds (``dt`` units by the device's dt)."""
+    scale = noise.dt if operation.unit == "dt" else _SECONDS[operation.unit]
+    return float(operation.duration) * float(scale or 0.0)
+
+
 def _op_superop(noise: CompactNoise, operation: Any, qargs: tuple[int, ...]) -> np.ndarray:
     """Superoperator of ``operation`` on ``qargs`` followed by its device error.
 
@@ -196,8 +202,7 @@ def _op_superop(noise: CompactNoise, operation: Any, qargs: tuple[int, ...]) -> 
     from job to job in a VQE loop) reuses only its cached error, so the cache stays bounded.
     """
     if isinstance(operation, Delay):
-        scale = noise.dt if operation.unit == "dt" else _SECONDS[operation.unit]
-        seconds = float(operation.duration) * float(scale or 0.0)
+        seconds = delay_seconds(noise, operation)
         return thermal_relaxation_superop(noise.t1s[qargs[0]], noise.t2s[qargs[0]], seconds)
     key = (operation.name, qargs)
     if not operation.params:

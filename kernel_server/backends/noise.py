@@ -60,11 +60,18 @@ def tensor_superops(singles: list[np.ndarray]) -> np.ndarray:
     return full.transpose(order).reshape(4**k, 4**k)
 
 
+def relaxation_factors(t1: float, t2: float, duration: float) -> tuple[float, float]:
+    """(d, e): how much of the excited population (exp(-t/T1)) and of the coherences
+    (exp(-t/T2)) are left after ``duration`` seconds; 1 where the time is unknown (inf)."""
+    decay = float(np.exp(-duration / t1)) if np.isfinite(t1) else 1.0
+    dephase = float(np.exp(-duration / t2)) if np.isfinite(t2) else 1.0
+    return decay, dephase
+
+
 def thermal_relaxation_superop(t1: float, t2: float, duration: float) -> np.ndarray:
     """Thermal relaxation at 0 mK (T2 already <= 2 T1): populations decay to |0> with T1,
     coherences with T2 - the channel ``thermal_relaxation_error`` builds."""
-    decay = np.exp(-duration / t1) if np.isfinite(t1) else 1.0
-    dephase = np.exp(-duration / t2) if np.isfinite(t2) else 1.0
+    decay, dephase = relaxation_factors(t1, t2, duration)
     superop = np.zeros((4, 4), dtype=complex)
     superop[0, 0] = 1.0  # rho00 <- rho00 + (1 - decay) rho11
     superop[0, 3] = 1.0 - decay

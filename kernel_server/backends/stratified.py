@@ -49,7 +49,7 @@ from qiskit.circuit.library import DiagonalGate, UnitaryGate, XGate, YGate, ZGat
 from qiskit_aer import AerSimulator
 
 from kernel_server.backends.lazy_dm import LazyProgram
-from kernel_server.backends.noise import CompactNoise, ErrorSpec
+from kernel_server.backends.noise import CompactNoise, ErrorSpec, relaxation_factors
 
 __all__ = [
     "Event",
@@ -212,12 +212,6 @@ def _depolarizing_site(spec: ErrorSpec, qargs: tuple[int, ...], position: int, o
     return Site(probabilities, np.ones(4**n - 1), tuple(events), 1.0, op)
 
 
-def _relaxation(t1: float, t2: float, duration: float) -> tuple[float, float]:
-    decay = math.exp(-duration / t1) if math.isfinite(t1) else 1.0
-    dephase = math.exp(-duration / t2) if math.isfinite(t2) else 1.0
-    return decay, dephase
-
-
 def noisy_sites(program: LazyProgram, noise: CompactNoise) -> NoisySites:
     """The error-free circuit and the error sites of ``program`` under ``noise``: after each
     gate its depolarizing Paulis, then each qubit's relaxation (``ErrorSpec``'s order)."""
@@ -242,7 +236,7 @@ def noisy_sites(program: LazyProgram, noise: CompactNoise) -> NoisySites:
             continue
         pending = []
         for qubit, t1, t2 in zip(qargs, spec.t1s, spec.t2s, strict=True):
-            decay, dephase = _relaxation(t1, t2, spec.duration)
+            decay, dephase = relaxation_factors(t1, t2, spec.duration)
             fixed = None
             if dephase > decay:  # T2 > T1: the no-jump diagonal goes into the circuit
                 fixed = len(clean)
