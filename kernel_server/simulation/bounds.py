@@ -2,13 +2,14 @@
 
 A job's JCT runs from its arrival to the end of its post-processing. Whatever the policy, a job
 cannot finish sooner than its fastest run on a QPU it may use (the realised time, not the
-estimate: a clairvoyant schedule knows it), so the mean JCT is at least the mean of those plus
-the mean post-processing. And m QPUs do no more work per second than one machine m times as
-fast; on that machine, shortest-remaining-processing-time (preempting at arrivals) minimises the
-total flow time (Schrage 1968), and any schedule of the m QPUs can be run there with every job
-finishing no later, so its mean flow time bounds every schedule's too (the relaxation
-Leonardi and Raz's SRPT analysis starts from). The bound is the larger of the two. It ignores
-other users' jobs, reservations and calibrations, which only make real schedules longer.
+estimate: a clairvoyant schedule knows the run's error, which is the execution's and the same on
+every QPU), so the mean JCT is at least the mean of those plus the mean post-processing. And m
+QPUs do no more work per second than one machine m times as fast; on that machine,
+shortest-remaining-processing-time (preempting at arrivals) minimises the total flow time
+(Schrage 1968), and any schedule of the m QPUs can be run there with every job finishing no
+later, so its mean flow time bounds every schedule's too (the relaxation Leonardi and Raz's SRPT
+analysis starts from). The bound is the larger of the two. It ignores other users' jobs,
+reservations and calibrations, which only make real schedules longer.
 """
 
 from __future__ import annotations
