@@ -46,10 +46,11 @@ def test_a_job_goes_past_a_busy_best_qpu_only_when_the_wait_outweighs_the_fideli
     for preset in ONLINE_PRESETS:
         assert decide(one_job(0.0), preset).assignment.tolist() == [0]
         assert decide(one_job(600.0), preset).assignment.tolist() == [1]
-    # In between, the presets differ: 3 s of waiting for 0.10 fidelity is worth it to
-    # "fidelity" and "balanced", not to "jct".
-    assert decide(one_job(3.0), "jct").assignment.tolist() == [1]
-    assert decide(one_job(3.0), "balanced").assignment.tolist() == [0]
+    # In between, the presets differ: 2 s of waiting for 0.10 fidelity is worth it to
+    # "fidelity" and "balanced", not to "jct"; 3 s only to "fidelity".
+    assert decide(one_job(2.0), "jct").assignment.tolist() == [1]
+    assert decide(one_job(2.0), "balanced").assignment.tolist() == [0]
+    assert decide(one_job(3.0), "balanced").assignment.tolist() == [1]
     assert decide(one_job(3.0), "fidelity").assignment.tolist() == [0]
 
 
