@@ -312,6 +312,8 @@ def sweep(seed: int, fleets: list[int], hours: float, with_trace: bool) -> None:
     loads = [("", [])]
     if with_trace and DEFAULT_TRACE.exists():
         loads.append((", other users' load from the IBM queue trace", ["--background", "trace"]))
+    elif with_trace:  # the shared data folder is optional (QONDUCTOR_DATA)
+        print(f"(no IBM queue trace at {DEFAULT_TRACE}: the settings with it are skipped)\n")
     for qpus in fleets:
         for label, extra in loads:
             base = ["--qpus", str(qpus), *extra]
