@@ -57,3 +57,21 @@ def test_every_policy_schedules_above_the_bound_and_shares_it(seed: int) -> None
         assert m["jct_over_bound"] >= 1.0
         bounds.add(round(m["lower_bound_jct_s"], 9))
     assert len(bounds) == 1  # the same jobs and realised times: the same bound for all
+
+
+@pytest.mark.unit
+def test_a_runs_error_is_the_executions_the_same_on_every_qpu() -> None:
+    # Independent errors per QPU would hand the bound a faster QPU no scheduler can know of
+    # (the fastest of eight draws, ~15% under their mean at sigma 0.15): the bound is then the
+    # estimated fastest run times the one error of each job.
+    from kernel_server.simulation.cloud import CloudSimulation
+
+    w = three_qpu_workload(40, 3, (0.92, 0.85, 0.83), 0.01, (8, 12), runtime_spread=0.3)
+    sim = CloudSimulation(w, "least-busy", seed=3)
+    factor = sim.actual_factor
+    assert factor.shape == w.quantum_s.shape
+    assert np.ptp(factor, axis=1).max() == 0.0
+    assert np.ptp(factor[:, 0]) > 0.0  # but it differs from job to job
+    fastest = np.where(np.isfinite(w.fidelity), w.quantum_s, np.inf).min(axis=1) * factor[:, 0]
+    expected = jct_lower_bound(w.arrival_s, fastest, w.classical_s, len(w.qpus))
+    assert sim._lower_bound(np.ones(w.num_jobs, dtype=bool)) == pytest.approx(expected)
