@@ -65,6 +65,9 @@ FROM_BACKEND_LIMIT_S = 600.0
 # qubits (a 4 GB state), where four shots did not finish in 4 minutes and the 100 shots the
 # agreement needs would take hours.
 REFERENCE_MAX_STATEVECTOR_QUBITS = 27
+# Aer's MPS on a circuit of high entanglement can spend minutes on one shot: only offered where
+# the bond bound stays moderate (one shot of a 16-qubit random circuit took 114 s).
+REFERENCE_MAX_MPS_BOND = 64
 MARGINAL_BITS = 6
 
 
@@ -194,16 +197,16 @@ def _spread(seed: int) -> int:
     return int(np.random.SeedSequence(seed).generate_state(1)[0])
 
 
-def references(backend: Any, transpiled: QuantumCircuit, shots: int) -> list[Reference]:
-    """from_backend first; Aer's own trajectory methods on the compact circuit where it is slow.
-    None where the circuit is too wide for a statevector and too entangled for Aer's MPS."""
-    compact = aer_sim.compact_circuit(transpiled)
+def references(
+    backend: Any, transpiled: QuantumCircuit, compact: Any, shots: int
+) -> list[Reference]:
+    """from_backend first; Aer's own trajectory methods on the compact circuit where it is slow
+    (``compact``: ``aer_sim.compact_circuit(transpiled)``). None where the circuit is too wide
+    for a statevector and too entangled for Aer's MPS."""
     bonds = mps_bonds(compact.circuit, mps_order(compact.circuit))
-    mps = max(bonds, default=1) <= 64
+    mps = ["matrix_product_state"] if max(bonds, default=1) <= REFERENCE_MAX_MPS_BOND else []
     if compact.circuit.num_qubits > REFERENCE_MAX_STATEVECTOR_QUBITS:
-        if not mps:
-            return []
-        return _fitted(backend, compact, ["matrix_product_state"], shots)
+        return _fitted(backend, compact, mps, shots) if mps else []
     simulator = aer_sim.reference_simulator(backend)
 
     def from_backend(n: int, seed: int) -> dict[str, int]:
@@ -214,10 +217,7 @@ def references(backend: Any, transpiled: QuantumCircuit, shots: int) -> list[Ref
     if found[0].projected(shots) <= FROM_BACKEND_LIMIT_S:
         return found
     del simulator
-    # Aer's MPS on a circuit of high entanglement can spend minutes on one shot: only offered
-    # where the bond bound stays moderate (one shot of a 16-qubit random circuit took 114 s).
-    methods = ["statevector"] + (["matrix_product_state"] if mps else [])
-    return found + _fitted(backend, compact, methods, shots)
+    return found + _fitted(backend, compact, ["statevector", *mps], shots)
 
 
 def _fitted(backend: Any, compact: Any, methods: list[str], shots: int) -> list[Reference]:
@@ -316,10 +316,12 @@ def cached_reference(
     path = CACHE / f"{_reference_key(backend, transpiled, shots, budget)}.json"
     if path.is_file() and not refresh:
         return dict(json.loads(path.read_text()))
-    candidates = references(backend, transpiled, shots)
+    compact = aer_sim.compact_circuit(transpiled)
+    candidates = references(backend, transpiled, compact, shots)
     if not candidates:  # not cached: a wider machine may reach it
-        width = aer_sim.compact_circuit(transpiled).circuit.num_qubits
-        return {"label": None, "why": f"{width} active qubits, Aer's MPS bond bound over 64"}
+        width = compact.circuit.num_qubits
+        why = f"{width} active qubits, Aer's MPS bond bound over {REFERENCE_MAX_MPS_BOND}"
+        return {"label": None, "why": why}
     reference = min(candidates, key=lambda r: r.projected(shots))
     if candidates[0].projected(shots) <= FROM_BACKEND_LIMIT_S:
         reference = candidates[0]
@@ -419,9 +421,11 @@ def _print_row(r: dict[str, Any], ours_only: bool = False) -> None:
         f"{r['name']:18s}{r['k']:3d}  {method:22s}{r['ours_s']:8.2f}{r['estimate']:8.2f}"
         f"{r['peak_gb']:6.2f}"
     )
-    if not ours_only and not r.get("refused") and r["reference"] is None:
+    if ours_only or r.get("refused"):
+        pass
+    elif r["reference"] is None:
         line += f"  no Aer reference within reach ({r['why']})"
-    elif not ours_only and not r.get("refused"):
+    else:
         projected = "*" if r["projected"] else " "
         exact = "" if r["exact"] is None else f"{r['exact'][0]:.4f}/{r['exact'][1]:.4f}"
         ratio = r["reference_s"] / r["ours_s"]
