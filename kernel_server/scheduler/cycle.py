@@ -76,6 +76,9 @@ class QPUView:
     # Seconds of work it ran in the last BALANCE_WINDOW_S (ours and other users'); with ``wait_s``
     # the load that balancing evens out. 0 where nobody measures it (balancing then sees queues).
     recent_busy_s: float = 0.0
+    # Of that load (``recent_busy_s`` + ``wait_s``), the seconds that are other users' work: what
+    # our placements cannot move (``online.reachable_difference``). 0 where none is known.
+    others_s: float = 0.0
 
 
 @dataclass

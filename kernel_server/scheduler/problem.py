@@ -37,6 +37,20 @@ class SchedulingError(ValueError):
     """The problem's arrays do not describe a schedulable cycle."""
 
 
+def water_level(load: np.ndarray, added: np.ndarray | float) -> np.ndarray:
+    """(M,) level every QPU would carry if each of ``added`` (M,) seconds of new work were spread
+    over QPUs with ``load`` (Q,) seconds to even them out as far as it goes: the least loaded are
+    filled first, QPUs already above the level get nothing."""
+    a = np.sort(np.asarray(load, dtype=float))
+    k = np.arange(1, len(a) + 1)
+    # Filling the k least-loaded QPUs to one level: (added + their load) / k; the right k is
+    # the one whose level lies between its k-th and (k+1)-th loads.
+    level = (np.atleast_1d(np.asarray(added, dtype=float))[:, None] + np.cumsum(a)[None, :]) / k
+    upper = np.append(a[1:], np.inf)
+    fits = (level >= a[None, :] - 1e-9) & (level <= upper[None, :] + 1e-9)
+    return level[np.arange(len(level)), np.argmax(fits, axis=1)]
+
+
 @dataclass
 class SchedulingProblem:
     """Pending jobs x QPUs with their estimates.
@@ -134,14 +148,7 @@ class SchedulingProblem:
         """(M,) water level: the load every QPU would carry if ``added`` (M,) seconds of new work
         were spread to even out ``load`` as far as it goes (QPUs already above it get nothing)."""
         assert self.load is not None  # made an array in __post_init__
-        a = np.sort(self.load)
-        k = np.arange(1, len(a) + 1)
-        # Filling the k least-loaded QPUs to one level: (added + their load) / k; the right k is
-        # the one whose level lies between its k-th and (k+1)-th loads.
-        level = (np.asarray(added, dtype=float)[:, None] + np.cumsum(a)[None, :]) / k[None, :]
-        upper = np.append(a[1:], np.inf)
-        fits = (level >= a[None, :] - 1e-9) & (level <= upper[None, :] + 1e-9)
-        return level[np.arange(len(level)), np.argmax(fits, axis=1)]
+        return water_level(self.load, added)
 
     def mean_job_s(self) -> np.ndarray:
         """(Q,) mean run time on each QPU of the cycle's jobs that fit it (0 where none does): the

@@ -70,16 +70,19 @@ class QPUState:
         wait = 0.0
         pending = 0
         busy = 0.0  # work run in [now - window, now]
+        others = 0.0  # other users' part of busy + wait
         for e in self.entries:
-            busy += max(min(e.end, now) - max(e.start, now - window_s), 0.0)
-            if e.end <= now:
-                continue
-            pending += 1
-            if e.start <= now:
-                wait += max(e.estimate - (now - e.start), 0.0)
-            else:
-                wait += e.estimate
+            ran = max(min(e.end, now) - max(e.start, now - window_s), 0.0)
+            left = 0.0
+            if e.end > now:
+                pending += 1
+                left = max(e.estimate - (now - e.start), 0.0) if e.start <= now else e.estimate
+            busy += ran
+            wait += left
+            if e.job < 0:
+                others += ran + left
         for a, b in self.reservations:
             if a <= now + wait and b > now:
                 wait = max(wait, b - now) if a <= now else wait + (b - a)
-        return QPUView(self.name, self.num_qubits, wait, pending, not self.reserved_at(now), busy)
+        online = not self.reserved_at(now)
+        return QPUView(self.name, self.num_qubits, wait, pending, online, busy, others)

@@ -10,9 +10,11 @@ import pytest
 from kernel_server.scheduler.online import (
     BALANCE_MIN_LEVEL_S,
     BALANCE_OFF,
+    BALANCE_OUT_OF_REACH,
     BALANCE_PRICE,
     OnlineScheduler,
     load_price,
+    reachable_difference,
 )
 from kernel_server.simulation.cloud import simulate
 
@@ -26,6 +28,7 @@ class View:
     wait_s: float
     recent_busy_s: float = 0.0
     online: bool = True
+    others_s: float = 0.0
 
 
 def test_the_price_charges_a_qpu_over_the_even_level_and_credits_one_under() -> None:
@@ -50,6 +53,35 @@ def test_a_small_gain_goes_where_the_load_is_low_a_large_one_pays_the_price() ->
     free = OnlineScheduler(preference="balanced", balance=BALANCE_OFF)
     free.add("small-gain", 5, [0.92, 0.90], [3.0, 3.0], now=0.0)
     assert free.step(fleet, now=0.0) == [("small-gain", 0)]
+
+
+def test_the_reachable_difference_fills_the_least_loaded_qpus_first() -> None:
+    # 1000 s of our work lifts the idle QPU to the others: even.
+    assert reachable_difference(np.array([0.0, 1000.0, 1000.0]), 1000.0) == pytest.approx(0.0)
+    # 600 s over two idle QPUs beside one with 3000 s of other users' work: 300 s each at best.
+    assert reachable_difference(np.array([0.0, 0.0, 3000.0]), 600.0) == pytest.approx(0.9)
+    # Enough to fill the gap: the rest spreads evenly, nothing is left uneven.
+    assert reachable_difference(np.array([0.0, 100.0]), 10_000.0) == pytest.approx(0.0)
+    # A fleet that has barely worked is not unbalanced.
+    assert reachable_difference(np.array([0.0, 30.0]), 0.0) == 0.0
+
+
+def test_balance_out_of_our_reach_costs_no_fidelity() -> None:
+    # Other users keep the better QPU 30x as busy as the other: no placement of our few seconds
+    # of work evens that out, so the small gain is taken as without balance.
+    fleet = [
+        View("busy", 27, 0.0, recent_busy_s=3000.0, others_s=3000.0),
+        View("idle", 27, 0.0, recent_busy_s=100.0, others_s=100.0),
+    ]
+    assert reachable_difference(np.array([3000.0, 100.0]), 3.0) > BALANCE_OUT_OF_REACH
+    s = OnlineScheduler(preference="balanced", balance=0.1)
+    s.add("small-gain", 5, [0.92, 0.90], [3.0, 3.0], now=0.0)
+    assert s.step(fleet, now=0.0) == [("small-gain", 0)]
+    # The same load, ours (no share of it known to be other users'): it moves as we place, so
+    # it is priced and the small gain goes to the idle QPU.
+    ours = [View("busy", 27, 0.0, recent_busy_s=3000.0), View("idle", 27, 0.0, 100.0)]
+    s.add("next", 5, [0.92, 0.90], [3.0, 3.0], now=1.0)
+    assert s.step(ours, now=1.0) == [("next", 1)]
 
 
 def test_long_jobs_pay_for_the_load_they_are() -> None:
