@@ -8,17 +8,26 @@ QPUs do no more work per second than one machine m times as fast; on that machin
 shortest-remaining-processing-time (preempting at arrivals) minimises the total flow time
 (Schrage 1968), and any schedule of the m QPUs can be run there with every job finishing no
 later, so its mean flow time bounds every schedule's too (the relaxation Leonardi and Raz's SRPT
-analysis starts from). The bound is the larger of the two. It ignores other users' jobs,
-reservations and calibrations, which only make real schedules longer.
+analysis starts from). The bound is the larger of the two.
+
+Other users' jobs count where they must: each QPU serves its queue first come first served, so
+an earlier job of another user is always ahead of ours, and our jobs can only delay theirs. Run
+alone in their arrival order (``others_hold_s``), other users' jobs therefore end no later than in
+any real schedule, and a job of ours handed to a QPU at or after its arrival starts no sooner
+than the QPU clears of the other users' jobs that arrived before it. A job's own bound becomes its
+earliest finish over its QPUs counting that hold, and on the fast machine it is released no
+sooner than its earliest possible start. Reservations and calibrations are still ignored: they
+only make real schedules longer.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["jct_lower_bound", "srpt_flow_times"]
+__all__ = ["jct_lower_bound", "others_hold_s", "srpt_flow_times"]
 
 
 def srpt_flow_times(arrival_s: np.ndarray, work_s: np.ndarray) -> np.ndarray:
@@ -48,17 +57,54 @@ def srpt_flow_times(arrival_s: np.ndarray, work_s: np.ndarray) -> np.ndarray:
     return finish - arrival
 
 
+def others_hold_s(
+    arrival_s: np.ndarray, background: Sequence[tuple[float, int, float]], qpus: int
+) -> np.ndarray:
+    """(N, Q) seconds each QPU is still held, at each of our jobs' arrivals, by the other users'
+    jobs that arrived before it (``background``: (arrival, QPU index, seconds)), those jobs run
+    alone in arrival order: what any schedule's FIFO queues hold at least."""
+    arrival = np.asarray(arrival_s, dtype=float)
+    hold = np.zeros((len(arrival), qpus))
+    for q in range(qpus):
+        jobs = sorted((t, d) for t, qi, d in background if qi == q)
+        if not jobs:
+            continue
+        came = np.array([t for t, _ in jobs])
+        end, ends = -np.inf, np.empty(len(jobs))
+        for k, (t, d) in enumerate(jobs):
+            end = max(end, t) + d
+            ends[k] = end
+        last = np.searchsorted(came, arrival, side="left") - 1  # strictly before the arrival
+        cleared = np.where(last >= 0, ends[np.maximum(last, 0)], -np.inf)
+        hold[:, q] = np.maximum(cleared - arrival, 0.0)
+    return hold
+
+
 def jct_lower_bound(
-    arrival_s: np.ndarray, fastest_s: np.ndarray, classical_s: np.ndarray, machines: int
+    arrival_s: np.ndarray,
+    run_s: np.ndarray,
+    classical_s: np.ndarray,
+    machines: int,
+    held_s: np.ndarray | None = None,
 ) -> float:
     """Mean JCT no schedule of these jobs on ``machines`` QPUs can beat.
 
-    ``fastest_s``: each job's shortest realised run time over the QPUs it may use.
+    ``run_s``: each job's shortest realised run time over the QPUs it may use (N,), or its run
+    time on each QPU (N, Q), infinite where it may not run. ``held_s`` (N, Q): seconds other
+    users' earlier jobs hold each QPU at the job's arrival (``others_hold_s``; None: none).
     """
     if machines < 1:
         raise ValueError("machines must be at least 1")
-    fastest = np.asarray(fastest_s, dtype=float)
-    if len(fastest) == 0:
+    run = np.asarray(run_s, dtype=float)
+    run = run[:, None] if run.ndim == 1 else run
+    if len(run) == 0:
         return float("nan")
-    pooled = float(srpt_flow_times(arrival_s, fastest / machines).mean())
-    return float(np.mean(classical_s) + max(float(fastest.mean()), pooled))
+    held = np.zeros(run.shape) if held_s is None else np.asarray(held_s, dtype=float)
+    if held.shape != run.shape:
+        raise ValueError(f"held_s must be {run.shape}, one per job and QPU, not {held.shape}")
+    fastest = run.min(axis=1)
+    finish = (held + run).min(axis=1)  # the earliest own finish, from arrival
+    ready = np.where(np.isfinite(run), held, np.inf).min(axis=1)  # the earliest start
+    arrival = np.asarray(arrival_s, dtype=float)
+    pooled = float((srpt_flow_times(arrival + ready, fastest / machines) + ready).mean())
+    return float(np.mean(classical_s) + max(float(finish.mean()), pooled))

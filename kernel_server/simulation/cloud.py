@@ -30,7 +30,7 @@ import numpy as np
 from kernel_server.scheduler.cycle import CLOUD_TRIGGERS, Triggers, run_cycle
 from kernel_server.scheduler.online import OnlineScheduler
 from kernel_server.scheduler.policies import BATCHING, ONLINE, PolicyState
-from kernel_server.simulation.bounds import jct_lower_bound
+from kernel_server.simulation.bounds import jct_lower_bound, others_hold_s
 from kernel_server.simulation.qpus import Entry, QPUState, Reservation
 from kernel_server.simulation.results import CycleRecord, SimulationResult
 from kernel_server.simulation.workload import Workload
@@ -143,7 +143,8 @@ class CloudSimulation:
         self.seq = 0  # ties in time go in the order the events were pushed
         for i, t in enumerate(workload.arrival_s):
             self.push(float(t), "arrival", i)
-        for t, qi, duration in background:
+        self.background = list(background)
+        for t, qi, duration in self.background:
             self.push(t, "background", (qi, duration))
         for c, (t, qi) in enumerate(calibrations):
             self.push(t, "calibration", (c, qi))
@@ -397,10 +398,10 @@ class CloudSimulation:
         w = self.workload
         usable = np.isfinite(w.fidelity) & np.isfinite(w.quantum_s)
         realised = np.where(usable, w.quantum_s * self.actual_factor, np.inf)
-        fastest = realised.min(axis=1)
-        jobs = jobs & np.isfinite(fastest)
+        jobs = jobs & np.isfinite(realised.min(axis=1))
+        held = others_hold_s(w.arrival_s[jobs], self.background, len(self.qpus))
         return jct_lower_bound(
-            w.arrival_s[jobs], fastest[jobs], w.classical_s[jobs], len(self.qpus)
+            w.arrival_s[jobs], realised[jobs], w.classical_s[jobs], len(self.qpus), held
         )
 
 

@@ -9,7 +9,7 @@ import pytest
 from helpers import three_qpu_workload
 
 from kernel_server.scheduler.cycle import Triggers
-from kernel_server.simulation.bounds import jct_lower_bound, srpt_flow_times
+from kernel_server.simulation.bounds import jct_lower_bound, others_hold_s, srpt_flow_times
 from kernel_server.simulation.cloud import simulate
 
 
@@ -75,3 +75,44 @@ def test_a_runs_error_is_the_executions_the_same_on_every_qpu() -> None:
     fastest = np.where(np.isfinite(w.fidelity), w.quantum_s, np.inf).min(axis=1) * factor[:, 0]
     expected = jct_lower_bound(w.arrival_s, fastest, w.classical_s, len(w.qpus))
     assert sim._lower_bound(np.ones(w.num_jobs, dtype=bool)) == pytest.approx(expected)
+
+
+@pytest.mark.unit
+def test_other_users_earlier_jobs_hold_a_qpu_in_their_arrival_order() -> None:
+    # QPU 0 runs other users' jobs of 10 s at 0, 5 s at 1 and 2 s at 20: alone they end at 10,
+    # 15 and 22. QPU 1 has none.
+    background = [(0.0, 0, 10.0), (1.0, 0, 5.0), (20.0, 0, 2.0)]
+    hold = others_hold_s(np.array([0.5, 12.0, 20.0, 30.0]), background, qpus=2)
+    # A job arriving with the one at 20 may go before it (ties in arrival): not counted.
+    assert hold[:, 0].tolist() == [9.5, 3.0, 0.0, 0.0]
+    assert hold[:, 1].tolist() == [0.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.unit
+def test_behind_another_users_job_on_one_qpu_the_bound_is_exact() -> None:
+    # One QPU; another user's 10 s job came first: ours (4 s, arriving at 2 s) can only wait.
+    hold = others_hold_s(np.array([2.0]), [(0.0, 0, 10.0)], qpus=1)
+    bound = jct_lower_bound(np.array([2.0]), np.array([[4.0]]), np.zeros(1), 1, hold)
+    assert bound == pytest.approx(8.0 + 4.0)
+    # On two QPUs the other one is free: the job's own run.
+    hold = others_hold_s(np.array([2.0]), [(0.0, 0, 10.0)], qpus=2)
+    bound = jct_lower_bound(np.array([2.0]), np.array([[4.0, 5.0]]), np.zeros(1), 2, hold)
+    assert bound == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_with_other_users_load_every_policy_stays_above_the_tighter_bound(seed: int) -> None:
+    # The favourite QPU busy with other users' jobs most of the time, the others now and then.
+    w = three_qpu_workload(60, seed, (0.92, 0.85, 0.83), 0.01, (8, 12), runtime_spread=0.3)
+    rng = np.random.default_rng(seed + 7)
+    times = np.sort(rng.uniform(0, 600, 80))
+    background = [(float(t), int(rng.choice(3, p=[0.6, 0.2, 0.2])), 9.0) for t in times]
+    alone = simulate(w, "least-busy", seed=seed).metrics()["lower_bound_jct_s"]
+    bounds = set()
+    for policy in ("fcfs", "least-busy", "earliest-completion", "qonductor"):
+        m = simulate(w, policy, seed=seed, background=background, nsga2_options=QUICK).metrics()
+        assert m["completed"] == w.num_jobs
+        assert m["lower_bound_jct_s"] <= m["mean_jct_s"] + 1e-9, policy
+        bounds.add(round(m["lower_bound_jct_s"], 9))
+    assert len(bounds) == 1
+    assert bounds.pop() > alone  # other users' work counted: tighter than without it
