@@ -299,13 +299,29 @@ class PeakMemory:
         return self.peak / 2**30
 
 
+def _content_digest(circuit: QuantumCircuit) -> str:
+    """The circuit's operations, their parameters and bits, and its global phase: what it runs.
+
+    Not its QPY bytes: QPY writes a transpiled circuit's layout registers in set order, which
+    changes from one compilation to the next (the same random10_d10 fingerprinted two ways in
+    one process), so a reference cached under them was computed again on the next run."""
+    digest = hashlib.sha256(
+        f"{circuit.num_qubits}|{circuit.num_clbits}|{circuit.global_phase!r}".encode()
+    )
+    for item in circuit.data:
+        qubits = [circuit.find_bit(q).index for q in item.qubits]
+        clbits = [circuit.find_bit(c).index for c in item.clbits]
+        params = [repr(p) for p in item.operation.params]
+        digest.update(f"|{item.operation.name}{params}{qubits}{clbits}".encode())
+    return digest.hexdigest()
+
+
 def _reference_key(backend: Any, transpiled: QuantumCircuit, shots: int, budget: float) -> str:
     """What a reference is cached under: device and calibration, circuit content, shots,
     budget and the seeds of its two runs (11, 12)."""
     from kernel_server.backends.devices import calibration_id
-    from kernel_server.wire.circuits import fingerprint
 
-    text = f"{calibration_id(backend)}|{fingerprint([transpiled])}|{shots}|{budget}|11,12"
+    text = f"{calibration_id(backend)}|{_content_digest(transpiled)}|{shots}|{budget}|11,12"
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
