@@ -20,15 +20,32 @@ from typing import Any
 
 
 def fingerprint(circuits: list[Any]) -> str:
-    """A digest of the circuits' content, or "" where qpy cannot write them (no reuse then)."""
+    """A digest of the circuits' content, or "" where qpy cannot write them (no reuse then).
+
+    A transpiled (ISA) circuit's layout is digested as its index lists, not through qpy: qpy
+    writes the layout's registers in set order, which changes from one dump to the next, so
+    the same ISA circuit sent twice fingerprinted two ways and half its reruns missed reuse."""
     from qiskit import qpy
 
     buffer = io.BytesIO()
     try:
-        qpy.dump([circuit.copy(name="c") for circuit in circuits], buffer)
+        qpy.dump([_without_layout(circuit) for circuit in circuits], buffer)
     except Exception:  # qpy refuses some custom objects; such circuits are just not reused
         return ""
-    return hashlib.sha256(buffer.getvalue()).hexdigest()
+    digest = hashlib.sha256(buffer.getvalue())
+    for circuit in circuits:
+        layout = circuit.layout
+        if layout is not None:
+            initial = layout.initial_index_layout(filter_ancillas=False)
+            digest.update(f"|{initial}|{layout.routing_permutation()}".encode())
+            digest.update(f"|{len(layout.input_qubit_mapping)}".encode())
+    return digest.hexdigest()
+
+
+def _without_layout(circuit: Any) -> Any:
+    copy = circuit.copy(name="c")
+    copy._layout = None  # no public way to drop it; digested apart in ``fingerprint``
+    return copy
 
 
 def _case_default() -> Any:
