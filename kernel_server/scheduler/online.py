@@ -371,13 +371,7 @@ class OnlineScheduler:
         runtime = np.stack([j.runtime[columns] for j in jobs])
         fidelity = np.stack([j.fidelity[columns] for j in jobs])
         load = np.asarray([getattr(qpus[c], "recent_busy_s", 0.0) for c in columns]) + wait
-        tolerance = self.tolerance()
-        if tolerance is not None and not self._balance_reachable(qpus, load, columns, runtime):
-            tolerance = None
-        if tolerance is not None:  # the decision sees fidelity less the load it adds, priced
-            typical = max(self._typical_run_s or 1.0, 1e-3)
-            seconds = np.where(runtime < UNUSABLE_RUNTIME_S, runtime, 0.0) / typical
-            fidelity = fidelity - load_price(load, tolerance)[None, :] * seconds
+        fidelity = self._priced(fidelity, runtime, load, qpus, columns)
         problem = SchedulingProblem(
             wait=wait,
             qpu_qubits=widths[columns],
@@ -428,6 +422,23 @@ class OnlineScheduler:
         for job_id, _ in starts:
             del self.pending[job_id]
         return starts
+
+    def _priced(
+        self,
+        fidelity: np.ndarray,
+        runtime: np.ndarray,
+        load: np.ndarray,
+        qpus: Sequence[Any],
+        columns: np.ndarray,
+    ) -> np.ndarray:
+        """The fidelity a decision sees: the jobs' own, less the load each would add where it
+        runs, priced (``load_price``), where balance is on and within reach."""
+        tolerance = self.tolerance()
+        if tolerance is None or not self._balance_reachable(qpus, load, columns, runtime):
+            return fidelity
+        typical = max(self._typical_run_s or 1.0, 1e-3)
+        seconds = np.where(runtime < UNUSABLE_RUNTIME_S, runtime, 0.0) / typical
+        return fidelity - load_price(load, tolerance)[None, :] * seconds
 
     @staticmethod
     def _balance_reachable(
