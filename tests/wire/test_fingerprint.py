@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
+from helpers import ghz
 from qiskit import QuantumCircuit, qpy
 from qiskit.transpiler.preset_passmanagers import generate_preset_pass_manager
 
@@ -14,29 +15,20 @@ from kernel_server.wire.circuits import fingerprint, load_circuits
 pytestmark = pytest.mark.unit
 
 
-def chain(n: int) -> QuantumCircuit:
-    qc = QuantumCircuit(n)
-    qc.h(0)
-    for i in range(n - 1):
-        qc.cx(i, i + 1)
-    qc.measure_all()
-    return qc
-
-
 def test_an_isa_circuit_sent_again_and_again_has_one_fingerprint() -> None:
     # A user's transpiled circuit, sent with every run of its cell: qpy writes its layout's
     # registers in set order, which changed from dump to dump (two fingerprints in eight sends).
     pm = generate_preset_pass_manager(
         optimization_level=1, backend=load_backend("fake_sherbrooke"), seed_transpiler=1
     )
-    isa = pm.run(chain(5))
+    isa = pm.run(ghz(5))
     sent = set()
     for _ in range(8):
         buffer = io.BytesIO()
         qpy.dump([isa], buffer)
         sent.add(fingerprint(load_circuits(buffer.getvalue())))
     assert len(sent) == 1
-    assert {fingerprint([pm.run(chain(5))]) for _ in range(4)} == sent
+    assert {fingerprint([pm.run(ghz(5))]) for _ in range(4)} == sent
 
 
 def test_the_layout_still_tells_circuits_apart() -> None:
@@ -57,4 +49,4 @@ def test_the_layout_still_tells_circuits_apart() -> None:
         (i.operation.name, [b.find_bit(q).index for q in i.qubits]) for i in b.data
     ]
     assert fingerprint([a]) != fingerprint([b])
-    assert fingerprint([chain(3)]) == fingerprint([chain(3)]) != fingerprint([chain(4)])
+    assert fingerprint([ghz(3)]) == fingerprint([ghz(3)]) != fingerprint([ghz(4)])
