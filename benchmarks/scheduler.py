@@ -356,8 +356,11 @@ def other_work(seed: int, extra: list[str]) -> np.ndarray:
     from kernel_server.simulation.cli import build_parser, workload_and_background
 
     args = build_parser().parse_args([*END_TO_END, "--seed", str(seed), *extra])
-    _, background = workload_and_background(args)
-    other = np.zeros(args.qpus)
+    return _by_qpu(workload_and_background(args)[1], args.qpus)
+
+
+def _by_qpu(background: list, qpus: int) -> np.ndarray:
+    other = np.zeros(qpus)
     for _, q, seconds in background:
         other[q] += seconds
     return other
@@ -384,8 +387,8 @@ def least_load_difference(seed: int, extra: list[str]) -> float:
 
     # The very jobs and background load of the simulate run with these options.
     args = build_parser().parse_args([*END_TO_END, "--seed", str(seed), *extra])
-    work, _ = workload_and_background(args)
-    other = other_work(seed, extra)
+    work, background = workload_and_background(args)  # the jobs and other users' load, once
+    other = _by_qpu(background, args.qpus)
     lp = PlacementLP.of(np.isfinite(work.quantum_s), work.quantum_s)
     n, q_count = work.quantum_s.shape
     load, variables = lp.work, len(lp.pair)
