@@ -184,7 +184,8 @@ def targets(results: dict, presets: tuple[str, str, str]) -> dict[str, tuple[boo
             and b["mean_fidelity"] >= lb["mean_fidelity"] + 0.015
             and not beaten_by,
             f"{b['mean_jct_s'] / lb['mean_jct_s']:.2f}x JCT, "
-            f"{b['mean_fidelity'] - lb['mean_fidelity']:+.4f} fidelity, dominated by "
+            f"{b['mean_fidelity'] - lb['mean_fidelity']:+.4f} fidelity (the ceiling: "
+            f"{b['fidelity_ceiling'] - lb['mean_fidelity']:+.4f}), dominated by "
             f"{', '.join(beaten_by) or 'none'}",
         ),
         "fidelity: the best fidelity within 3x least-busy's JCT (fcfs aside)": (
@@ -219,6 +220,10 @@ def table(results: dict) -> str:
         f"lower bound on the mean JCT of any schedule: {lb['lower_bound_jct_s']:.2f} s"
         " (max of the mean fastest run and SRPT on one machine as fast as the fleet, each job"
         " behind the other users' jobs that came before it; kernel_server/simulation/bounds.py)"
+    )
+    lines.append(
+        f"ceiling on the mean fidelity of any schedule: {lb['fidelity_ceiling']:.4f} (each job on"
+        " its best QPU at that QPU's best calibration from its arrival on; bounds.py)"
     )
     return "\n".join(lines)
 

@@ -18,6 +18,11 @@ than the QPU clears of the other users' jobs that arrived before it. A job's own
 earliest finish over its QPUs counting that hold, and on the fast machine it is released no
 sooner than its earliest possible start. Reservations and calibrations are still ignored: they
 only make real schedules longer.
+
+Fidelity has a ceiling the same way (``fidelity_ceiling``): a job runs on one of its QPUs at some
+time after it arrives, so it gets at most the best fidelity any of them has at or after its
+arrival (a calibration can move a QPU's fidelities either way). What a policy reaches is judged
+against it: a target of more mean fidelity than the ceiling is out of every schedule's reach.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["jct_lower_bound", "others_hold_s", "srpt_flow_times"]
+__all__ = ["fidelity_ceiling", "jct_lower_bound", "others_hold_s", "srpt_flow_times"]
 
 
 def srpt_flow_times(arrival_s: np.ndarray, work_s: np.ndarray) -> np.ndarray:
@@ -108,3 +113,27 @@ def jct_lower_bound(
     arrival = np.asarray(arrival_s, dtype=float)
     pooled = float((srpt_flow_times(arrival + ready, fastest / machines) + ready).mean())
     return float(np.mean(classical_s) + max(float(finish.mean()), pooled))
+
+
+def fidelity_ceiling(
+    arrival_s: np.ndarray,
+    fidelity: np.ndarray,
+    changes: Sequence[tuple[float, int, np.ndarray]] = (),
+) -> float:
+    """Mean fidelity no schedule of these jobs can beat.
+
+    ``fidelity`` (N, Q): each job's fidelity on each QPU from the start (NaN where it may not
+    run); ``changes``: (time, QPU index, the jobs' fidelities there from that time on), one per
+    calibration. A QPU's fidelities before a change count for the jobs that arrive before it.
+    """
+    arrival = np.asarray(arrival_s, dtype=float)
+    state = np.array(fidelity, dtype=float)
+    if state.ndim != 2 or len(state) != len(arrival):
+        raise ValueError(f"fidelity must be (jobs, QPUs), one row per arrival, not {state.shape}")
+    reach = np.full(state.shape, -np.inf)
+    for when, q, after in sorted(changes, key=lambda change: change[0]):
+        reach[:, q] = np.where(arrival < when, np.fmax(reach[:, q], state[:, q]), reach[:, q])
+        state[:, q] = after
+    best = np.fmax(reach, state).max(axis=1)  # the last states hold from their change on
+    best = best[np.isfinite(best)]
+    return float(best.mean()) if len(best) else float("nan")

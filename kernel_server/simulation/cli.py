@@ -180,9 +180,11 @@ def format_table(results: dict[str, Any]) -> str:
             f"{m['max_load_difference']:>11.1%}{m['cycles']:>8}{m['completed']:>11}"
         )
     if rows:
+        first = rows[0][1]
         lines.append(
             "lower bound on the mean JCT of any schedule: "
-            f"{rows[0][1].get('lower_bound_jct_s', float('nan')):.1f} s (simulation/bounds.py)"
+            f"{first.get('lower_bound_jct_s', float('nan')):.1f} s; ceiling on its mean fidelity: "
+            f"{first.get('fidelity_ceiling', float('nan')):.3f} (simulation/bounds.py)"
         )
     # Against what a user would pick instead: least-busy where it ran, else FCFS.
     label = "least-busy" if "least-busy" in results else "fcfs"

@@ -30,7 +30,7 @@ import numpy as np
 from kernel_server.scheduler.cycle import CLOUD_TRIGGERS, Triggers, run_cycle
 from kernel_server.scheduler.online import OnlineScheduler
 from kernel_server.scheduler.policies import BATCHING, ONLINE, PolicyState
-from kernel_server.simulation.bounds import jct_lower_bound, others_hold_s
+from kernel_server.simulation.bounds import fidelity_ceiling, jct_lower_bound, others_hold_s
 from kernel_server.simulation.qpus import Entry, QPUState, Reservation
 from kernel_server.simulation.results import CycleRecord, SimulationResult
 from kernel_server.simulation.workload import Workload
@@ -390,6 +390,7 @@ class CloudSimulation:
             decision_s=scheduler.decision_seconds(),
             decision_jobs=np.asarray([k for k, _, _ in scheduler.decisions], dtype=int),
             lower_bound_jct_s=self._lower_bound(np.isfinite(jct)),
+            fidelity_ceiling=self._fidelity_ceiling(np.isfinite(jct)),
         )
 
     def _lower_bound(self, jobs: np.ndarray) -> float:
@@ -403,6 +404,19 @@ class CloudSimulation:
         return jct_lower_bound(
             w.arrival_s[jobs], realised[jobs], w.classical_s[jobs], len(self.qpus), held
         )
+
+    def _fidelity_ceiling(self, jobs: np.ndarray) -> float:
+        """The mean fidelity no schedule of these jobs could beat (``bounds``), from the
+        calibrations' realised drifts: the same for every policy on the same workload and seed."""
+        w = self.workload
+        usable = np.isfinite(w.fidelity) & np.isfinite(w.quantum_s)
+        start = np.where(usable, w.fidelity, np.nan)[jobs]
+        current, changes = start.copy(), []
+        for c, (when, qi) in enumerate(self.calibrations):
+            with np.errstate(invalid="ignore"):  # NaN where the job may not run stays NaN
+                current[:, qi] = _drifted(current[:, qi], self.drift[c][jobs])
+            changes.append((when, qi, current[:, qi].copy()))
+        return fidelity_ceiling(w.arrival_s[jobs], start, changes)
 
 
 def simulate(

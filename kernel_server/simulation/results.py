@@ -33,6 +33,7 @@ class SimMetrics(TypedDict):
     lower_bound_jct_s: float
     jct_over_bound: float
     mean_fidelity: float
+    fidelity_ceiling: float
     mean_utilization: float
     max_load_difference: float
     max_load_difference_ours: float
@@ -76,6 +77,8 @@ class SimulationResult:
     decision_jobs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
     # The mean JCT no schedule of the completed jobs could beat (simulation.bounds).
     lower_bound_jct_s: float = float("nan")
+    # The mean fidelity no schedule of them could beat (simulation.bounds.fidelity_ceiling).
+    fidelity_ceiling: float = float("nan")
 
     @property
     def busy_s(self) -> dict[str, float]:
@@ -101,6 +104,7 @@ class SimulationResult:
             if done.any() and self.lower_bound_jct_s > 0
             else float("nan"),
             "mean_fidelity": float(self.fidelity[done].mean()) if done.any() else float("nan"),
+            "fidelity_ceiling": self.fidelity_ceiling,
             "mean_utilization": float(util.mean()),
             "max_load_difference": _spread(loads),
             "max_load_difference_ours": _spread(ours),

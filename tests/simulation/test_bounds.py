@@ -9,7 +9,12 @@ import pytest
 from helpers import three_qpu_workload
 
 from kernel_server.scheduler.cycle import Triggers
-from kernel_server.simulation.bounds import jct_lower_bound, others_hold_s, srpt_flow_times
+from kernel_server.simulation.bounds import (
+    fidelity_ceiling,
+    jct_lower_bound,
+    others_hold_s,
+    srpt_flow_times,
+)
 from kernel_server.simulation.cloud import simulate
 
 
@@ -116,3 +121,35 @@ def test_with_other_users_load_every_policy_stays_above_the_tighter_bound(seed: 
         bounds.add(round(m["lower_bound_jct_s"], 9))
     assert len(bounds) == 1
     assert bounds.pop() > alone  # other users' work counted: tighter than without it
+
+
+@pytest.mark.unit
+def test_the_fidelity_ceiling_takes_each_jobs_best_qpu_before_or_after_a_calibration() -> None:
+    # QPU 1 recalibrates at 100 s from 0.80 to 0.95 for job 0 and 0.95 to 0.70 for job 1; QPU 0
+    # stays at 0.90 (job 1 may not run there).
+    fidelity = np.array([[0.90, 0.80], [np.nan, 0.95]])
+    changes = [(100.0, 1, np.array([0.95, 0.70]))]
+    # Job 0 may wait for the better calibration; job 1, arriving after it, gets only its 0.70.
+    arrival = np.array([10.0, 150.0])
+    assert fidelity_ceiling(arrival, fidelity, changes) == pytest.approx((0.95 + 0.70) / 2)
+    # Arriving before it, job 1 may still run on the old calibration.
+    arrival = np.array([10.0, 50.0])
+    assert fidelity_ceiling(arrival, fidelity, changes) == pytest.approx((0.95 + 0.95) / 2)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_no_policy_beats_the_fidelity_ceiling_and_all_share_it(seed: int) -> None:
+    # Calibrations mid-run with a wide drift: fidelities move both ways while jobs wait.
+    w = three_qpu_workload(40, seed, (0.92, 0.85, 0.83), 0.01, (8, 12), runtime_spread=0.3)
+    calibrations = [(120.0, 0), (200.0, 1), (300.0, 2), (420.0, 0)]
+    ceilings = set()
+    for policy in ("least-busy", "greedy-tolerance", "qonductor", "qonductor-paper"):
+        m = simulate(
+            w, policy, seed=seed, calibrations=calibrations, drift_sigma=0.5, triggers=FAST,
+            nsga2_options=QUICK,
+        ).metrics()  # fmt: skip
+        assert m["mean_fidelity"] <= m["fidelity_ceiling"] + 1e-12, policy
+        ceilings.add(round(m["fidelity_ceiling"], 12))
+    assert len(ceilings) == 1
+    best = np.nanmax(np.where(np.isfinite(w.fidelity), w.fidelity, np.nan), axis=1).mean()
+    assert ceilings.pop() != pytest.approx(best)  # the drift moved it: calibrations counted
