@@ -412,7 +412,8 @@ class CloudSimulation:
         usable = np.isfinite(w.fidelity) & np.isfinite(w.quantum_s)
         start = np.where(usable, w.fidelity, np.nan)[jobs]
         current, changes = start.copy(), []
-        for c, (when, qi) in enumerate(self.calibrations):
+        # In time order: each change carries every drift up to it (the list may come unsorted).
+        for c, (when, qi) in sorted(enumerate(self.calibrations), key=lambda e: e[1][0]):
             with np.errstate(invalid="ignore"):  # NaN where the job may not run stays NaN
                 current[:, qi] = _drifted(current[:, qi], self.drift[c][jobs])
             changes.append((when, qi, current[:, qi].copy()))
