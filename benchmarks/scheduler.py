@@ -23,7 +23,9 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -354,31 +356,15 @@ def sweep(
                 print(f"-- {title}: {rate:.0f} jobs/h, {results['setup']['jobs']} jobs --")
                 print(table(results))
                 # Other users' load is fixed: whether 16% is within anyone's reach (an LP).
-                least = (
-                    (least_load_difference(seed, argv), other_work(seed, argv)) if extra else None
-                )
-                most = most_fidelity_within(seed, argv)
+                placements = Placements.of(seed, argv)  # the LPs' jobs, built once
+                least = (least_load_difference(placements), placements.other) if extra else None
+                most = most_fidelity_within(placements)
                 for target, ok, detail in sweep_targets(results, utilization, least, most):
                     print(f"-> {target}: {'met' if ok else 'NOT met'} ({detail})")
                 print(flush=True)
 
 
 END_TO_END = ["--jobs-per-hour", "1500", "--qpus", "8", "--hours", "1"]
-
-
-def other_work(seed: int, extra: list[str]) -> np.ndarray:
-    """(Q,) seconds of other users' work on each QPU over the simulate run with these options."""
-    from kernel_server.simulation.cli import build_parser, workload_and_background
-
-    args = build_parser().parse_args([*END_TO_END, "--seed", str(seed), *extra])
-    return _by_qpu(workload_and_background(args)[1], args.qpus)
-
-
-def _by_qpu(background: list, qpus: int) -> np.ndarray:
-    other = np.zeros(qpus)
-    for _, q, seconds in background:
-        other[q] += seconds
-    return other
 
 
 def spread_difference(run: dict, other: np.ndarray) -> float:
@@ -389,30 +375,30 @@ def spread_difference(run: dict, other: np.ndarray) -> float:
     return reachable_difference(other, float(sum(run["our_load_s"].values())))
 
 
-def _placement_lp(seed: int, extra: list[str]) -> tuple:
-    """The fractional placements of the hour's jobs of the simulate run with these options:
-    (workload, other users' work per QPU, PlacementLP, a (Q, 1) column of ones) for the LPs
-    below, which bound what any scheduler could reach."""
-    from scipy.sparse import csr_matrix
+@dataclass(frozen=True)
+class Placements:
+    """The hour's jobs of the simulate run with some options, as fractional placements: what the
+    LPs below, which bound any scheduler, are built on (once per setting)."""
 
-    from kernel_server.scheduler.nsga2 import PlacementLP
-    from kernel_server.simulation.cli import build_parser, workload_and_background
+    work: Any  # kernel_server.simulation.workload.Workload
+    other: np.ndarray  # (Q,) seconds of other users' work on each QPU
+    lp: Any  # kernel_server.scheduler.nsga2.PlacementLP
 
-    args = build_parser().parse_args([*END_TO_END, "--seed", str(seed), *extra])
-    work, background = workload_and_background(args)  # the jobs and other users' load, once
-    lp = PlacementLP.of(np.isfinite(work.quantum_s) & np.isfinite(work.fidelity), work.quantum_s)
-    return work, _by_qpu(background, args.qpus), lp, csr_matrix(np.ones((args.qpus, 1)))
+    @classmethod
+    def of(cls, seed: int, extra: list[str]) -> Placements:
+        from kernel_server.scheduler.nsga2 import PlacementLP
+        from kernel_server.simulation.cli import build_parser, workload_and_background
+
+        args = build_parser().parse_args([*END_TO_END, "--seed", str(seed), *extra])
+        work, background = workload_and_background(args)
+        usable = np.isfinite(work.quantum_s) & np.isfinite(work.fidelity)
+        other = np.zeros(args.qpus)
+        for _, q, seconds in background:
+            other[q] += seconds
+        return cls(work, other, PlacementLP.of(usable, work.quantum_s))
 
 
-def _within_difference(lp, other: np.ndarray, column, ratio: float) -> tuple:
-    """A_ub, b_ub of "every QPU's load between ratio x U and U" over (placement, U)."""
-    from scipy.sparse import hstack, vstack
-
-    a_ub = vstack([hstack([lp.work, -column]), hstack([-lp.work, ratio * column])])
-    return a_ub, np.concatenate([-other, other])
-
-
-def least_load_difference(seed: int, extra: list[str]) -> float:
+def least_load_difference(placements: Placements) -> float:
     """The smallest (busiest - least busy) / busiest over every fractional placement of the
     hour's jobs, other users' work fixed: a bound no scheduler can beat. Jobs may go where they
     run slower, which adds work: with the IBM trace at 80% on 8 QPUs it reaches 0% only so,
@@ -425,15 +411,14 @@ def least_load_difference(seed: int, extra: list[str]) -> float:
     from scipy.optimize import linprog
     from scipy.sparse import csr_matrix, hstack, vstack
 
-    work, other, lp, column = _placement_lp(seed, extra)
-    n, variables = work.num_jobs, len(lp.pair)
-    other_column = csr_matrix(other.reshape(-1, 1))
-    zeros = csr_matrix((len(other), 1))
-    # Variables (y = s x, s, t): other s + load y <= 1 and t - other s - load y <= 0.
-    a_ub = vstack(
-        [hstack([lp.work, other_column, zeros]), hstack([-lp.work, -other_column, column])]
+    lp, other = placements.lp, placements.other
+    n, q, variables = placements.work.num_jobs, len(other), len(lp.pair)
+    other_column, ones, zeros = (
+        csr_matrix(c.reshape(-1, 1)) for c in (other, np.ones(q), np.zeros(q))
     )
-    b_ub = np.concatenate([np.ones(len(other)), np.zeros(len(other))])
+    # Variables (y = s x, s, t): other s + load y <= 1 and t - other s - load y <= 0.
+    a_ub = vstack([hstack([lp.work, other_column, zeros]), hstack([-lp.work, -other_column, ones])])
+    b_ub = np.concatenate([np.ones(q), np.zeros(q)])
     a_eq = hstack([lp.one_each, csr_matrix(-np.ones((n, 1))), csr_matrix((n, 1))])
     cost = np.zeros(variables + 2)
     cost[-1] = -1.0
@@ -444,19 +429,21 @@ def least_load_difference(seed: int, extra: list[str]) -> float:
     return float(1.0 - r.x[-1])
 
 
-def most_fidelity_within(seed: int, extra: list[str], difference: float = 0.16) -> float | None:
+def most_fidelity_within(placements: Placements, difference: float = 0.16) -> float | None:
     """The most mean fidelity (the estimates) of any fractional placement of the hour's jobs
     whose load difference stays within ``difference``, queues and waiting ignored: what a
     balanced schedule could reach at best (None where no placement stays within it)."""
     from scipy.optimize import linprog
-    from scipy.sparse import csr_matrix, hstack
+    from scipy.sparse import csr_matrix, hstack, vstack
 
-    work, other, lp, column = _placement_lp(seed, extra)
-    n = work.num_jobs
-    a_ub, b_ub = _within_difference(lp, other, column, 1.0 - difference)
+    lp, other, work = placements.lp, placements.other, placements.work
+    n, ones = work.num_jobs, csr_matrix(np.ones((len(other), 1)))
+    # Variables (x, U): other + load <= U and (1 - difference) U <= other + load.
+    a_ub = vstack([hstack([lp.work, -ones]), hstack([-lp.work, (1.0 - difference) * ones])])
     gain = np.concatenate([work.fidelity.ravel()[lp.pair], [0.0]])
-    r = linprog(-gain, A_ub=a_ub, b_ub=b_ub, A_eq=hstack([lp.one_each, csr_matrix((n, 1))]),
-                b_eq=np.ones(n), bounds=(0, None), method="highs")  # fmt: skip
+    r = linprog(-gain, A_ub=a_ub, b_ub=np.concatenate([-other, other]),
+                A_eq=hstack([lp.one_each, csr_matrix((n, 1))]), b_eq=np.ones(n),
+                bounds=(0, None), method="highs")  # fmt: skip
     return float(-r.fun / n) if r.status == 0 else None
 
 
@@ -486,7 +473,7 @@ def main() -> int:
         print(
             f"online qonductor's load difference {results['qonductor']['max_load_difference']:.1%};"
             f" the least any placement of these jobs could reach (LP, estimated run times): "
-            f"{least_load_difference(args.seed, []):.1%}"
+            f"{least_load_difference(Placements.of(args.seed, [])):.1%}"
         )
     return 0
 
