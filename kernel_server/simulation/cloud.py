@@ -30,12 +30,23 @@ import numpy as np
 from kernel_server.scheduler.cycle import CLOUD_TRIGGERS, Triggers, run_cycle
 from kernel_server.scheduler.online import OnlineScheduler
 from kernel_server.scheduler.policies import BATCHING, ONLINE, PolicyState
-from kernel_server.simulation.bounds import fidelity_ceiling, jct_lower_bound, others_hold_s
+from kernel_server.simulation.bounds import (
+    fidelity_ceiling,
+    jct_lower_bound,
+    others_hold_s,
+    time_indexed_jct_bound,
+)
 from kernel_server.simulation.qpus import Entry, QPUState, Reservation
 from kernel_server.simulation.results import CycleRecord, SimulationResult
 from kernel_server.simulation.workload import Workload
 
-__all__ = ["CloudSimulation", "Reservation", "SimulationResult", "simulate"]
+__all__ = [
+    "CloudSimulation",
+    "Reservation",
+    "SimulationResult",
+    "simulate",
+    "time_indexed_bound",
+]
 
 RUNTIME_ERROR_SIGMA = 0.15
 # A cloud provider's qonductor balances load (``SchedulingProblem.balance``) over the last hour
@@ -51,6 +62,43 @@ DEFAULT_BALANCE = 0.05
 # charged every job of the online presets 0.1 s of JCT that no baseline paid (one hour, seed 1,
 # 2809 jobs/h on 16 QPUs: `jct` 3.62 s -> 3.51 s, `balanced` 4.22 s -> 4.10 s).
 ONLINE_GATHER_S = 0.0
+
+
+def _runtime_errors(rng: np.random.Generator, jobs: int) -> np.ndarray:
+    """(N, 1) factor each job's real run time is of its estimate: the world's first draw."""
+    return rng.lognormal(0.0, RUNTIME_ERROR_SIGMA, size=(jobs, 1))
+
+
+def _bound_inputs(
+    workload: Workload,
+    background: Sequence[tuple[float, int, float]],
+    actual_factor: np.ndarray,
+    jobs: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Arrivals, realised run times (N, Q; infinite where a job may not run), post-processing
+    and other users' hold (``others_hold_s``) of the ``jobs`` (mask) that may run somewhere."""
+    w = workload
+    usable = np.isfinite(w.fidelity) & np.isfinite(w.quantum_s)
+    realised = np.where(usable, w.quantum_s * actual_factor, np.inf)
+    jobs = jobs & np.isfinite(realised.min(axis=1))
+    held = others_hold_s(w.arrival_s[jobs], background, len(w.qpus))
+    return w.arrival_s[jobs], realised[jobs], w.classical_s[jobs], held
+
+
+def time_indexed_bound(
+    workload: Workload,
+    background: Sequence[tuple[float, int, float]] = (),
+    seed: int = 1,
+    **options: Any,
+) -> float:
+    """The tighter mean-JCT bound (``bounds.time_indexed_jct_bound``) of every job of a run with
+    this ``seed``: the same realised run times as ``simulate``'s. Seconds to minutes of LPs, so
+    computed on request, once per workload (``options``: the LP's slot, horizon, group size)."""
+    factor = _runtime_errors(np.random.default_rng(seed + 101), workload.num_jobs)
+    arrival, run, classical, held = _bound_inputs(
+        workload, background, factor, np.ones(workload.num_jobs, dtype=bool)
+    )
+    return time_indexed_jct_bound(arrival, run, classical, len(workload.qpus), held, **options)
 
 
 def _drifted(fidelity: Any, factor: Any) -> Any:
@@ -119,8 +167,7 @@ class CloudSimulation:
         # reruns spread 2.4-10.9 s, ``estimator.runtime``): one factor per job, whichever QPU
         # runs it. Per (job, QPU) draws would give a QPU no scheduler can know to be faster, and
         # a lower bound that picks it (the min of eight draws sits ~15% under their mean).
-        factor = rng.lognormal(0.0, RUNTIME_ERROR_SIGMA, size=(n, 1))
-        self.actual_factor = np.broadcast_to(factor, (n, q_count))
+        self.actual_factor = np.broadcast_to(_runtime_errors(rng, n), (n, q_count))
         sigma = _drift_sigma() if drift_sigma is None else drift_sigma
         self.drift = rng.lognormal(0.0, sigma, size=(len(calibrations), n))
         self.fidelity = workload.fidelity.copy()  # the estimates, drifting at each calibration
@@ -396,14 +443,10 @@ class CloudSimulation:
     def _lower_bound(self, jobs: np.ndarray) -> float:
         """The mean JCT no schedule of these jobs could beat (``bounds``), from their realised
         run times: the same for every policy on the same workload and seed."""
-        w = self.workload
-        usable = np.isfinite(w.fidelity) & np.isfinite(w.quantum_s)
-        realised = np.where(usable, w.quantum_s * self.actual_factor, np.inf)
-        jobs = jobs & np.isfinite(realised.min(axis=1))
-        held = others_hold_s(w.arrival_s[jobs], self.background, len(self.qpus))
-        return jct_lower_bound(
-            w.arrival_s[jobs], realised[jobs], w.classical_s[jobs], len(self.qpus), held
+        arrival, run, classical, held = _bound_inputs(
+            self.workload, self.background, self.actual_factor, jobs
         )
+        return jct_lower_bound(arrival, run, classical, len(self.qpus), held)
 
     def _fidelity_ceiling(self, jobs: np.ndarray) -> float:
         """The mean fidelity no schedule of these jobs could beat (``bounds``), from the

@@ -137,3 +137,22 @@ def test_simulate_command_writes_results_and_plots(tmp_path, monkeypatch, capsys
         main(["--balance", "lots"])
     assert "a tolerance >= 0 such as 0.1, or 'off'" in capsys.readouterr().err
     assert build_parser().parse_args(["--balance", "off"]).balance is None
+
+
+def test_simulate_command_prints_the_time_indexed_bound_on_request(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    from kernel_server.simulation.cli import main
+
+    monkeypatch.setenv("QONDUCTOR_HOME", str(tmp_path / "home"))
+    out = tmp_path / "results.json"
+    argv = ["--jobs-per-hour", "1200", "--qpus", "2", "--hours", "0.05", "--plots", ""]
+    argv += ["--policies", "least-busy,earliest-completion", "--out", str(out)]
+    assert main([*argv, "--time-indexed-bound"]) == 0
+    results = json.loads(out.read_text())
+    tight = results["time_indexed_bound_jct_s"]
+    for policy in ("least-busy", "earliest-completion"):
+        assert results[policy]["lower_bound_jct_s"] <= tight <= results[policy]["mean_jct_s"]
+    assert f"tighter, the time-indexed LP: {tight:.2f} s" in capsys.readouterr().out
+    assert main(argv) == 0  # minutes on a big cloud: only on request
+    assert "time_indexed_bound_jct_s" not in json.loads(out.read_text())
