@@ -189,7 +189,7 @@ def format_table(results: dict[str, Any]) -> str:
         first = rows[0][1]
         lines.append(
             "lower bound on the mean JCT of any schedule: "
-            f"{first.get('lower_bound_jct_s', float('nan')):.1f} s; ceiling on its mean fidelity: "
+            f"{first.get('lower_bound_jct_s', float('nan')):.2f} s; ceiling on its mean fidelity: "
             f"{first.get('fidelity_ceiling', float('nan')):.3f} (simulation/bounds.py)"
         )
     tight = results.get("time_indexed_bound_jct_s")
