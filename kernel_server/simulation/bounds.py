@@ -161,6 +161,8 @@ def time_indexed_flow_s(
     run, held = np.asarray(run_s, dtype=float), np.asarray(held_s, dtype=float)
     n = len(run)
     fastest = np.where(np.isfinite(run), run, np.inf).min(axis=1)
+    if not np.isfinite(fastest).all():
+        raise ValueError("every job needs a QPU it may run on (a finite run time)")
     jobs, qpus = np.nonzero(np.isfinite(run))
     earliest, seconds = arrival[jobs] + held[jobs, qpus], run[jobs, qpus]
     first = np.floor(earliest / slot_s).astype(np.int64)

@@ -158,6 +158,10 @@ def test_two_jobs_that_want_one_qpu_queue_in_the_time_indexed_bound() -> None:
     run = np.array([[1.0, 3.0], [1.0, 3.0]])
     assert jct_lower_bound(np.zeros(2), run, np.zeros(2), 2) == pytest.approx(1.0)
     assert time_indexed_jct_bound(np.zeros(2), run, np.zeros(2), 2) == pytest.approx(1.5)
+    with pytest.raises(ValueError, match="every job needs a QPU"):
+        time_indexed_flow_s(
+            np.zeros(2), np.array([[1.0, np.inf], [np.inf, np.inf]]), np.zeros((2, 2))
+        )
 
 
 @pytest.mark.unit
