@@ -440,9 +440,16 @@ class Placements:
     LPs below, which bound any scheduler, are built on (once per setting)."""
 
     work: Any  # kernel_server.simulation.workload.Workload
-    other: np.ndarray  # (Q,) seconds of other users' work on each QPU
     lp: Any  # kernel_server.scheduler.nsga2.PlacementLP
     background: list[tuple[float, int, float]]  # other users' jobs (arrival, QPU, seconds)
+
+    @property
+    def other(self) -> np.ndarray:
+        """(Q,) seconds of other users' work on each QPU."""
+        other = np.zeros(len(self.work.qpus))
+        for _, q, seconds in self.background:
+            other[q] += seconds
+        return other
 
     @classmethod
     def of(cls, seed: int, extra: list[str]) -> Placements:
@@ -451,11 +458,7 @@ class Placements:
 
         args = build_parser().parse_args([*END_TO_END, "--seed", str(seed), *extra])
         work, background = workload_and_background(args)
-        usable = np.isfinite(work.quantum_s) & np.isfinite(work.fidelity)
-        other = np.zeros(args.qpus)
-        for _, q, seconds in background:
-            other[q] += seconds
-        return cls(work, other, PlacementLP.of(usable, work.quantum_s), list(background))
+        return cls(work, PlacementLP.of(work.usable, work.quantum_s), list(background))
 
 
 def least_load_difference(placements: Placements) -> float:

@@ -64,6 +64,12 @@ DEFAULT_BALANCE = 0.05
 ONLINE_GATHER_S = 0.0
 
 
+def _world(seed: int) -> np.random.Generator:
+    """The draws of the real world (runtime errors first, then calibration drifts) for a seed:
+    the same for every policy, and for the bounds computed outside a run."""
+    return np.random.default_rng(seed + 101)
+
+
 def _runtime_errors(rng: np.random.Generator, jobs: int) -> np.ndarray:
     """(N, 1) factor each job's real run time is of its estimate: the world's first draw."""
     return rng.lognormal(0.0, RUNTIME_ERROR_SIGMA, size=(jobs, 1))
@@ -78,8 +84,7 @@ def _bound_inputs(
     """Arrivals, realised run times (N, Q; infinite where a job may not run), post-processing
     and other users' hold (``others_hold_s``) of the ``jobs`` (mask) that may run somewhere."""
     w = workload
-    usable = np.isfinite(w.fidelity) & np.isfinite(w.quantum_s)
-    realised = np.where(usable, w.quantum_s * actual_factor, np.inf)
+    realised = np.where(w.usable, w.quantum_s * actual_factor, np.inf)
     jobs = jobs & np.isfinite(realised.min(axis=1))
     held = others_hold_s(w.arrival_s[jobs], background, len(w.qpus))
     return w.arrival_s[jobs], realised[jobs], w.classical_s[jobs], held
@@ -94,7 +99,7 @@ def time_indexed_bound(
     """The tighter mean-JCT bound (``bounds.time_indexed_jct_bound``) of every job of a run with
     this ``seed``: the same realised run times as ``simulate``'s. Seconds to minutes of LPs, so
     computed on request, once per workload (``options``: the LP's slot, horizon, group size)."""
-    factor = _runtime_errors(np.random.default_rng(seed + 101), workload.num_jobs)
+    factor = _runtime_errors(_world(seed), workload.num_jobs)
     arrival, run, classical, held = _bound_inputs(
         workload, background, factor, np.ones(workload.num_jobs, dtype=bool)
     )
@@ -161,7 +166,7 @@ class CloudSimulation:
         self.workload, self.policy, self.preference, self.seed = workload, policy, preference, seed
         self.calibrations, self.triggers, self.gather_s = calibrations, triggers, gather_s
         n, q_count = workload.num_jobs, len(workload.qpus)
-        rng = np.random.default_rng(seed + 101)
+        rng = _world(seed)
         # The real world, the same for every policy: runtime errors and calibration drifts. A
         # run's error belongs to the execution, not to the QPU it might have run on (identical
         # reruns spread 2.4-10.9 s, ``estimator.runtime``): one factor per job, whichever QPU
@@ -452,8 +457,7 @@ class CloudSimulation:
         """The mean fidelity no schedule of these jobs could beat (``bounds``), from the
         calibrations' realised drifts: the same for every policy on the same workload and seed."""
         w = self.workload
-        usable = np.isfinite(w.fidelity) & np.isfinite(w.quantum_s)
-        start = np.where(usable, w.fidelity, np.nan)[jobs]
+        start = np.where(w.usable, w.fidelity, np.nan)[jobs]
         current, changes = start.copy(), []
         # In time order: each change carries every drift up to it (the list may come unsorted).
         for c, (when, qi) in sorted(enumerate(self.calibrations), key=lambda e: e[1][0]):

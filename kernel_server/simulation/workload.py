@@ -110,6 +110,11 @@ class Workload:
     def num_jobs(self) -> int:
         return len(self.arrival_s)
 
+    @property
+    def usable(self) -> np.ndarray:
+        """(N, Q) where a job may run: an estimate of both its fidelity and its run time."""
+        return np.isfinite(self.fidelity) & np.isfinite(self.quantum_s)
+
 
 def sim_qpus(count: int) -> list[SimQPU]:
     from kernel_server.backends.devices import family_of, load_backend
